@@ -1,0 +1,95 @@
+"""unbroken: long-running LLM agents that survive crashes.
+
+A run saves twice per turn (after the model answers, after the tools answer), each save one
+atomic append; on restart it resumes from the last save point, reconciles every tool call
+left without a result by what the tool is, and never repeats a side effect it cannot prove
+safe to repeat.
+"""
+
+from __future__ import annotations
+
+from .codec import Migrations
+from .errors import (
+    ConcurrentSave,
+    ConfigError,
+    CorruptCheckpoint,
+    IdempotencyConflict,
+    IncompatibleSchema,
+    InvalidRunId,
+    InvalidStoreURL,
+    LeaseError,
+    LeaseHeld,
+    LeaseLost,
+    ModelCallFailed,
+    NotJSONValue,
+    RunNotFound,
+    StateError,
+    StoreError,
+    StoreUnavailable,
+    TaskMismatch,
+    ToolDefinitionError,
+    UnbrokenError,
+    UnknownOutcome,
+    Unsupported,
+)
+from .ledger import EffectLedger
+from .model import Model, ModelTurn, ProposedCall, ToolSpec
+from .providers.scripted import ScriptedModel
+from .runner import Agent, RunResult, resolve_call
+from .state import SCHEMA_VERSION, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, ToolCall, ToolResult
+from .stores import open_store
+from .stores.base import Store
+from .tools import Found, NotExecuted, Tool, Unknown, effect_from_mcp, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Agent",
+    "ConcurrentSave",
+    "ConfigError",
+    "CorruptCheckpoint",
+    "EffectLedger",
+    "Found",
+    "IdempotencyConflict",
+    "IncompatibleSchema",
+    "InvalidRunId",
+    "InvalidStoreURL",
+    "Lease",
+    "LeaseError",
+    "LeaseHeld",
+    "LeaseLost",
+    "LedgerEntry",
+    "Migrations",
+    "Model",
+    "ModelCallFailed",
+    "ModelTurn",
+    "NotExecuted",
+    "NotJSONValue",
+    "ProposedCall",
+    "RunNotFound",
+    "RunResult",
+    "RunState",
+    "RunSummary",
+    "SaveInfo",
+    "ScriptedModel",
+    "StateError",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "TaskMismatch",
+    "Tool",
+    "ToolCall",
+    "ToolDefinitionError",
+    "ToolResult",
+    "ToolSpec",
+    "UnbrokenError",
+    "Unknown",
+    "UnknownOutcome",
+    "Unsupported",
+    "__version__",
+    "effect_from_mcp",
+    "open_store",
+    "resolve_call",
+    "tool",
+]

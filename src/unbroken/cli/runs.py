@@ -1,0 +1,3 @@
+"""Commands about runs: runs, show, history, resume, export, migrate, demo."""
+
+from __future__ import annotations

@@ -1,0 +1,130 @@
+"""One exception tree for everything unbroken raises on purpose.
+
+::
+
+    UnbrokenError
+    ├── ConfigError                 the caller asked for something that cannot work
+    │   ├── InvalidStoreURL         open_store() got a URL it cannot use
+    │   ├── InvalidRunId            a run id that is not a safe name
+    │   ├── ToolDefinitionError     a @tool that cannot be described to a model
+    │   └── TaskMismatch            an existing run id was given a different task
+    ├── StateError                  the state itself is not storable
+    │   └── NotJSONValue            a value that is not plain JSON (names its path)
+    ├── StoreError                  the store could not do what was asked
+    │   ├── StoreUnavailable        cannot reach / open / write the store
+    │   ├── RunNotFound             no checkpoint under that run id
+    │   ├── CorruptCheckpoint       a record failed its checksum or does not parse
+    │   ├── IncompatibleSchema      written by a newer unbroken, or no migration path
+    │   ├── ConcurrentSave          someone else advanced the run first
+    │   └── Unsupported             this store cannot do that (says which can)
+    ├── LeaseError
+    │   ├── LeaseHeld               another live worker owns the run
+    │   └── LeaseLost               our lease was taken over; our write changed nothing
+    ├── IdempotencyConflict         one idempotency key, two different argument sets
+    ├── UnknownOutcome              a side effect may or may not have happened (policy "fail")
+    └── ModelCallFailed             the model call raised; the run stays at its last save point
+
+Each class's docstring is its default message. Every error leaves the stored run as it was.
+"""
+
+from __future__ import annotations
+
+
+class UnbrokenError(Exception):
+    """unbroken failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or "").strip())
+
+
+class ConfigError(UnbrokenError):
+    """The configuration cannot work."""
+
+
+class InvalidStoreURL(ConfigError):
+    """The store URL is not one of sqlite:///PATH, file:///DIR, memory:// or postgresql://..."""
+
+
+class InvalidRunId(ConfigError):
+    """The run id is not a safe name: use 1-200 characters from A-Z a-z 0-9 . _ - (not starting with . or -)."""
+
+
+class ToolDefinitionError(ConfigError):
+    """The tool cannot be described to a model."""
+
+
+class TaskMismatch(ConfigError):
+    """This run id already holds a run with a different task; pick a new run id or pass the same task."""
+
+
+class StateError(UnbrokenError):
+    """The run state cannot be stored."""
+
+
+class NotJSONValue(StateError):
+    """A value in the run state is not plain JSON."""
+
+    def __init__(self, path: str, value: object, why: str = "") -> None:
+        self.path = path
+        kind = type(value).__name__
+        reason = why or f"a {kind} is not JSON"
+        super().__init__(
+            f"{path}: {reason}. Only dict (str keys), list, str, int, finite float, bool and None "
+            "can be saved; store a descriptor (an id, a URL, a path) instead of a live object."
+        )
+
+
+class StoreError(UnbrokenError):
+    """The store failed."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached or written."""
+
+
+class RunNotFound(StoreError):
+    """No run is stored under that run id."""
+
+
+class CorruptCheckpoint(StoreError):
+    """A stored record failed its checksum or does not parse."""
+
+    def __init__(self, message: str | None = None, *, last_good_seq: int | None = None) -> None:
+        self.last_good_seq = last_good_seq
+        super().__init__(message)
+
+
+class IncompatibleSchema(StoreError):
+    """The checkpoint was written by a newer unbroken, or no migration leads to this version."""
+
+
+class ConcurrentSave(StoreError):
+    """Another writer saved this run first; reload it before saving again."""
+
+
+class Unsupported(StoreError):
+    """This store cannot do that."""
+
+
+class LeaseError(UnbrokenError):
+    """The run's lease is not ours."""
+
+
+class LeaseHeld(LeaseError):
+    """Another live worker holds this run's lease."""
+
+
+class LeaseLost(LeaseError):
+    """Our lease on the run was taken over by another worker; the write was refused and changed nothing."""
+
+
+class IdempotencyConflict(UnbrokenError):
+    """This idempotency key was already used with different arguments; nothing was executed."""
+
+
+class UnknownOutcome(UnbrokenError):
+    """A side-effecting call was interrupted and whether it took effect is unknown."""
+
+
+class ModelCallFailed(UnbrokenError):
+    """The model call failed; the run is saved at its last save point and can be resumed."""

@@ -1,0 +1,85 @@
+"""``ScriptedModel``: a deterministic model that plays a script of Anthropic-shaped answers.
+
+Its answer depends only on the history it is sent: the k-th answer for a history holding
+k-1 assistant messages. A resumed process therefore continues the script exactly where the
+dead one stopped. Used by the demo, the tests and ``unbroken chaos``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..model import ModelTurn, ToolSpec
+from ..state import JSONValue, ToolCall, ToolResult
+from . import anthropic_format as fmt
+
+
+class ScriptExhausted(RuntimeError):
+    """The script has no answer for this many assistant turns."""
+
+
+class ScriptedModel:
+    """Plays ``responses`` in order. Each response is ``{"content": [blocks...],
+    "stop_reason": ..., "usage": {...}}`` as the Anthropic Messages API returns it."""
+
+    provider = fmt.PROVIDER
+
+    def __init__(self, responses: Sequence[Mapping[str, Any]]) -> None:
+        checked = []
+        for index, response in enumerate(responses):
+            if not isinstance(response, Mapping) or not isinstance(response.get("content"), list):
+                raise ConfigError(f"script response {index} must be an object with a 'content' list of blocks")
+            checked.append(dict(response))
+        self.responses = checked
+        self.calls = 0
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedModel:
+        """Load a script: a JSON list of responses, or ``{"responses": [...]}``."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read script {path}: {exc}") from exc
+        if isinstance(data, Mapping):
+            data = data.get("responses")
+        if not isinstance(data, list):
+            raise ConfigError(f"script {path} must hold a JSON list of responses or {{'responses': [...]}}")
+        return cls(data)
+
+    def start_messages(self, task: str) -> list[JSONValue]:
+        return fmt.start_messages(task)
+
+    def complete(self, messages: Sequence[JSONValue], tools: Sequence[ToolSpec], system: str | None) -> ModelTurn:
+        self.calls += 1
+        index = sum(1 for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant")
+        if index >= len(self.responses):
+            raise ScriptExhausted(f"the script has {len(self.responses)} answers; answer {index + 1} was asked for")
+        response = json.loads(json.dumps(self.responses[index]))  # a private copy, as an SDK would give
+        content = response["content"]
+        stop_reason = response.get("stop_reason")
+        usage = response.get("usage") or {}
+        calls = fmt.tool_calls(content)
+        return ModelTurn(
+            messages=[{"role": "assistant", "content": content}],
+            tool_calls=calls,
+            usage=usage,
+            tokens=fmt.tokens_of(usage),
+            stop_reason=stop_reason,
+            text=fmt.text_of(content),
+            done=not calls and stop_reason in fmt.FINAL_STOP_REASONS,
+        )
+
+    async def acomplete(
+        self, messages: Sequence[JSONValue], tools: Sequence[ToolSpec], system: str | None
+    ) -> ModelTurn:
+        return self.complete(messages, tools, system)
+
+    def tool_result_messages(self, calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> list[JSONValue]:
+        return fmt.tool_result_messages(calls, results)
+
+    def dangling_call_ids(self, messages: Sequence[JSONValue]) -> list[str]:
+        return fmt.dangling_call_ids(messages)

@@ -1,0 +1,303 @@
+"""The run's state as plain data: no I/O, no SDKs, no stores.
+
+A run's durable state is split in two on purpose:
+
+* ``messages``: the full history in the provider's own shape. It only ever grows (compaction
+  keeps it whole and adds a separate summary), so each message is written exactly once.
+* the *small fields* (counters, phase, pending calls, business_state, ...): rewritten as a
+  snapshot; they stay small whatever the length of the history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias, get_args
+
+SCHEMA_VERSION = 1
+"""Version of unbroken's own checkpoint format. Older versions are migrated on load."""
+
+JSONValue: TypeAlias = Any
+"""A value made only of dict (str keys), list, str, int, finite float, bool and None."""
+
+Effect = Literal["read_only", "idempotent", "side_effect"]
+EFFECTS: tuple[str, ...] = get_args(Effect)
+
+Phase = Literal["awaiting_model", "running_tools", "paused", "completed", "max_turns", "failed"]
+PHASES: tuple[str, ...] = get_args(Phase)
+TERMINAL_PHASES: frozenset[str] = frozenset({"completed", "max_turns", "failed"})
+
+ResultHow = Literal["executed", "reused", "probed", "unknown", "invalid", "resolved", "skipped"]
+
+
+def idempotency_key(run_id: str, call_id: str) -> str:
+    """The key for one tool call: fixed by the run id and the provider's call id, never by the
+    arguments, so it is the same across retries, resumes and rephrasings."""
+    digest = hashlib.sha256(f"{run_id}\x00{call_id}".encode()).hexdigest()
+    return f"ub_{digest[:40]}"
+
+
+@dataclass
+class ToolCall:
+    """One tool call the model made. ``error`` is set when the call itself is malformed
+    (unknown tool, arguments that are not a JSON object): such a call is answered with an
+    ``is_error`` result and never executed."""
+
+    id: str
+    name: str
+    input: dict[str, JSONValue]
+    idempotency_key: str
+    error: str | None = None
+
+    def to_json(self) -> dict[str, JSONValue]:
+        data: dict[str, JSONValue] = {
+            "id": self.id,
+            "name": self.name,
+            "input": self.input,
+            "idempotency_key": self.idempotency_key,
+        }
+        if self.error is not None:
+            data["error"] = self.error
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSONValue]) -> ToolCall:
+        return cls(
+            id=data["id"],
+            name=data["name"],
+            input=data["input"],
+            idempotency_key=data["idempotency_key"],
+            error=data.get("error"),
+        )
+
+
+@dataclass
+class ToolResult:
+    """The answer to one tool call, before it is put in the provider's format.
+    ``how`` records where it came from (executed now, reused from the ledger, unknown, ...)."""
+
+    call_id: str
+    content: str
+    is_error: bool = False
+    how: ResultHow = "executed"
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {
+            "call_id": self.call_id,
+            "content": self.content,
+            "is_error": self.is_error,
+            "how": self.how,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSONValue]) -> ToolResult:
+        return cls(
+            call_id=data["call_id"],
+            content=data["content"],
+            is_error=bool(data["is_error"]),
+            how=data.get("how", "executed"),
+        )
+
+
+@dataclass
+class RunState:
+    """Everything needed to continue a run. ``store.load(run_id)`` returns one."""
+
+    run_id: str
+    task: str
+    provider: str = "anthropic"
+    schema_version: int = SCHEMA_VERSION
+    save_seq: int = 0
+    turns: int = 0
+    tokens_used: int = 0
+    usage: dict[str, JSONValue] = field(default_factory=dict)
+    phase: Phase = "awaiting_model"
+    messages: list[JSONValue] = field(default_factory=list)
+    business_state: dict[str, JSONValue] = field(default_factory=dict)
+    business_state_version: int = 1
+    pending_calls: list[ToolCall] = field(default_factory=list)
+    results: dict[str, ToolResult] = field(default_factory=dict)
+    resolutions: dict[str, str] = field(default_factory=dict)
+    output: str | None = None
+    error: str | None = None
+    summary: JSONValue = None
+    summary_upto: int = 0
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    def small_fields(self) -> dict[str, JSONValue]:
+        """The snapshot part of the state: everything except the messages."""
+        return {
+            "run_id": self.run_id,
+            "task": self.task,
+            "provider": self.provider,
+            "schema_version": self.schema_version,
+            "save_seq": self.save_seq,
+            "turns": self.turns,
+            "tokens_used": self.tokens_used,
+            "usage": self.usage,
+            "phase": self.phase,
+            "message_count": len(self.messages),
+            "business_state": self.business_state,
+            "business_state_version": self.business_state_version,
+            "pending_calls": [call.to_json() for call in self.pending_calls],
+            "results": {key: result.to_json() for key, result in self.results.items()},
+            "resolutions": self.resolutions,
+            "output": self.output,
+            "error": self.error,
+            "summary": self.summary,
+            "summary_upto": self.summary_upto,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_parts(cls, fields: dict[str, JSONValue], messages: list[JSONValue]) -> RunState:
+        return cls(
+            run_id=fields["run_id"],
+            task=fields["task"],
+            provider=fields.get("provider", "anthropic"),
+            schema_version=fields["schema_version"],
+            save_seq=fields["save_seq"],
+            turns=fields["turns"],
+            tokens_used=fields["tokens_used"],
+            usage=fields.get("usage", {}),
+            phase=fields["phase"],
+            messages=messages,
+            business_state=fields.get("business_state", {}),
+            business_state_version=fields.get("business_state_version", 1),
+            pending_calls=[ToolCall.from_json(c) for c in fields.get("pending_calls", [])],
+            results={k: ToolResult.from_json(v) for k, v in fields.get("results", {}).items()},
+            resolutions=fields.get("resolutions", {}),
+            output=fields.get("output"),
+            error=fields.get("error"),
+            summary=fields.get("summary"),
+            summary_upto=fields.get("summary_upto", 0),
+            created_at=fields["created_at"],
+            updated_at=fields["updated_at"],
+        )
+
+    def dangling_calls(self) -> list[ToolCall]:
+        """Pending calls that have no recorded result yet."""
+        return [call for call in self.pending_calls if call.id not in self.results]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One row of ``store.list_runs()``: cheap to read, no messages."""
+
+    run_id: str
+    task: str
+    phase: str
+    turns: int
+    tokens_used: int
+    save_seq: int
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class SaveInfo:
+    """One entry of a run's timeline (``store.history(run_id)``)."""
+
+    seq: int
+    label: str
+    phase: str
+    turns: int
+    tokens_used: int
+    messages_added: int
+    at: float
+    snapshot: bool
+
+
+LedgerStatus = Literal["pending", "succeeded", "failed", "unknown"]
+LEDGER_STATUSES: tuple[str, ...] = get_args(LedgerStatus)
+
+
+@dataclass
+class LedgerEntry:
+    """What the effect ledger knows about one idempotency key.
+
+    ``pending`` means the intent was saved and the tool may or may not have run;
+    ``succeeded``/``failed`` carry the recorded result; ``unknown`` means the outcome
+    could not be established and was reported as such."""
+
+    run_id: str
+    key: str
+    call_id: str
+    tool: str
+    args_hash: str
+    status: LedgerStatus
+    attempts: int = 1
+    result: ToolResult | None = None
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {
+            "run_id": self.run_id,
+            "key": self.key,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "args_hash": self.args_hash,
+            "status": self.status,
+            "attempts": self.attempts,
+            "result": self.result.to_json() if self.result else None,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSONValue]) -> LedgerEntry:
+        result = data.get("result")
+        return cls(
+            run_id=data["run_id"],
+            key=data["key"],
+            call_id=data["call_id"],
+            tool=data["tool"],
+            args_hash=data["args_hash"],
+            status=data["status"],
+            attempts=data["attempts"],
+            result=ToolResult.from_json(result) if result else None,
+            created_at=data["created_at"],
+            updated_at=data["updated_at"],
+        )
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof that this worker may write a run. Every save carries ``fence``; the store refuses
+    a save whose fence is not the run's current one."""
+
+    run_id: str
+    owner: str
+    fence: int
+    expires_at: float
+
+
+_RUN_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+MAX_RUN_ID_LENGTH = 200
+
+
+def check_run_id(run_id: object) -> str:
+    """Return ``run_id`` if it is a safe name (usable as a file name, a SQL value and a URL
+    segment), else raise ``InvalidRunId`` saying what is wrong."""
+    from .errors import InvalidRunId
+
+    if not isinstance(run_id, str):
+        raise InvalidRunId(f"run id must be a str, got {type(run_id).__name__}")
+    if not run_id:
+        raise InvalidRunId("run id is empty; use 1-200 characters from A-Z a-z 0-9 . _ -")
+    if len(run_id) > MAX_RUN_ID_LENGTH:
+        raise InvalidRunId(f"run id is {len(run_id)} characters long; the limit is {MAX_RUN_ID_LENGTH}")
+    bad = sorted({ch for ch in run_id if ch not in _RUN_ID_CHARS})
+    if bad:
+        shown = ", ".join(repr(ch) for ch in bad[:5])
+        raise InvalidRunId(f"run id {run_id[:40]!r} contains {shown}; use only A-Z a-z 0-9 . _ -")
+    if run_id[0] in ".-":
+        raise InvalidRunId(f"run id {run_id!r} must not start with '.' or '-'")
+    return run_id

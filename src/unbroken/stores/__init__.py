@@ -1,0 +1,76 @@
+"""Stores: where runs are saved. ``open_store(url)`` picks one by URL scheme."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import parse_qs, urlsplit
+
+from ..errors import InvalidStoreURL
+from .base import Store
+
+DEFAULT_STORE_URL = "sqlite:///unbroken.db"
+STORE_ENV_VAR = "UNBROKEN_STORE"
+
+_HELP = (
+    "use sqlite:///relative.db, sqlite:////absolute/path.db (add ?durability=normal for cheaper saves), "
+    "file:///absolute/dir, memory://, or postgresql://user@host:5432/dbname"
+)
+
+
+def _options(query: str, allowed: set[str], url: str) -> dict[str, str]:
+    options = {key: values[-1] for key, values in parse_qs(query, keep_blank_values=True).items()}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise InvalidStoreURL(
+            f"store URL {url!r} has unknown option(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(sorted(allowed)) or 'none'}"
+        )
+    return options
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open the store named by ``url`` (default: ``$UNBROKEN_STORE``, else ``sqlite:///unbroken.db``).
+
+    Raises ``InvalidStoreURL`` for a URL it cannot use and ``StoreUnavailable`` when the place
+    it names cannot be opened; creates the database file or directory when it is missing."""
+    if url is None:
+        url = os.environ.get(STORE_ENV_VAR) or DEFAULT_STORE_URL
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidStoreURL(f"store URL {url!r} has no scheme; {_HELP}")
+    scheme = url.split("://", 1)[0].lower()
+    parts = urlsplit(url)
+    if scheme == "sqlite":
+        from .sqlite import SQLiteStore
+
+        if parts.netloc:
+            raise InvalidStoreURL(f"store URL {url!r} names a host ({parts.netloc!r}); SQLite files are local: {_HELP}")
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if not path:
+            raise InvalidStoreURL(f"store URL {url!r} has no file path; {_HELP}")
+        options = _options(parts.query, {"durability"}, url)
+        return SQLiteStore(path, durability=options.get("durability", "full"), url=url)
+    if scheme == "file":
+        from .files import FileStore
+
+        if parts.netloc not in ("", "localhost"):
+            raise InvalidStoreURL(f"store URL {url!r} names a host; {_HELP}")
+        if not parts.path or parts.path == "/":
+            raise InvalidStoreURL(f"store URL {url!r} has no directory; {_HELP}")
+        _options(parts.query, set(), url)
+        return FileStore(parts.path, url=url)
+    if scheme == "memory":
+        from .memory import InMemoryStore
+
+        return InMemoryStore(url)
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from .postgres import PostgresStore
+        except ImportError as exc:
+            raise InvalidStoreURL(
+                f"store URL {url!r} needs the PostgreSQL driver: pip install 'unbroken[postgres]' ({exc})"
+            ) from exc
+        return PostgresStore(url)
+    raise InvalidStoreURL(f"store URL {url!r} has unknown scheme {scheme!r}; {_HELP}")
+
+
+__all__ = ["DEFAULT_STORE_URL", "STORE_ENV_VAR", "Store", "open_store"]
