@@ -16,7 +16,7 @@ demo: $(STAMP)  ## the crash-and-resume demo: embedded SQLite, no API key, no ne
 	$(VENV)/bin/unbroken demo
 
 test: $(STAMP)  ## the whole test suite
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -29,7 +29,6 @@ from .errors import (
     TaskMismatch,
     ToolDefinitionError,
     UnbrokenError,
-    UnknownOutcome,
     Unsupported,
 )
 from .ledger import EffectLedger
@@ -85,7 +84,6 @@ __all__ = [
     "ToolSpec",
     "UnbrokenError",
     "Unknown",
-    "UnknownOutcome",
     "Unsupported",
     "__version__",
     "effect_from_mcp",

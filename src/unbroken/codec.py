@@ -13,6 +13,7 @@ Only plain JSON is accepted (``ensure_json``); nothing here can execute code on 
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import zlib
@@ -34,6 +35,8 @@ MAX_DEPTH = 200
 """Deeper nesting than this is refused (at save time and at load time)."""
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_encode_str = json.encoder.encode_basestring  # what ``_dumps`` does for a str (ensure_ascii=False)
+_JSON_LEAVES = frozenset({str, int, bool})
 
 
 # --------------------------------------------------------------------------- JSON guard
@@ -60,10 +63,16 @@ def ensure_json(value: JSONValue, path: str) -> None:
                     raise NotJSONValue(
                         f"{where}[{key!r}]", key, f"dict key {key!r} is a {type(key).__name__}, not a str"
                     )
+                # Plain leaves are accepted here without being pushed or given a path (the
+                # hot case in a save); anything else is pushed and judged as before.
+                if child is None or type(child) in _JSON_LEAVES:
+                    continue
                 stack.append((child, f"{where}.{key}", depth + 1))
             continue
         if kind is list:
             for index, child in enumerate(item):
+                if child is None or type(child) in _JSON_LEAVES:
+                    continue
                 stack.append((child, f"{where}[{index}]", depth + 1))
             continue
         why = ""
@@ -123,19 +132,44 @@ class StoredRecord:
 class Encoder:
     """Turns successive states of one run into save records (deltas plus periodic snapshots).
 
-    Keeps the last saved small fields so each record holds only what changed."""
+    Keeps the JSON text of the last saved small fields, so each record holds only the fields
+    whose text changed. Comparing text (not objects) also catches in-place mutation of
+    ``business_state`` by tools."""
 
     def __init__(self, snapshot_every: int = 50) -> None:
         if snapshot_every < 1:
             raise ValueError("snapshot_every must be at least 1")
         self.snapshot_every = snapshot_every
-        self._saved_fields: dict[str, JSONValue] | None = None
+        self._saved_fields: dict[str, str] | None = None
         self._saved_messages = 0
         self._since_snapshot = 0
+        self._pending: dict[str, str] | None = None
+
+    @staticmethod
+    def _field_texts(state: RunState) -> dict[str, str]:
+        # Runs at every save over ~20 fields, mostly scalars: the scalar branches give the
+        # text ``_dumps`` would, without its per-call set-up (the benchmark's hot path).
+        texts: dict[str, str] = {}
+        for key, value in state.small_fields().items():
+            kind = type(value)
+            if kind is str:
+                texts[key] = _encode_str(value)
+            elif kind is int:
+                texts[key] = int.__repr__(value)
+            elif value is None:
+                texts[key] = "null"
+            elif kind is float and math.isfinite(value):
+                texts[key] = float.__repr__(value)
+            elif not value and (kind is dict or kind is list):
+                texts[key] = "{}" if kind is dict else "[]"
+            else:
+                ensure_json(value, key)
+                texts[key] = _dumps(value)
+        return texts
 
     def prime(self, state: RunState) -> None:
         """Declare ``state`` as what the store already holds (after a load)."""
-        self._saved_fields = state.small_fields()
+        self._saved_fields = self._field_texts(state)
         self._saved_messages = len(state.messages)
         self._since_snapshot = state.save_seq % self.snapshot_every
 
@@ -149,36 +183,29 @@ class Encoder:
     ) -> EncodedSave:
         """Encode the next save of ``state``. ``state.save_seq`` must already be the new seq.
         Raises ``NotJSONValue`` (naming the path) before anything is written."""
-        fields = state.small_fields()
+        texts = self._field_texts(state)
         new_messages = state.messages[self._saved_messages :]
+        for index, message in enumerate(new_messages, start=self._saved_messages):
+            ensure_json(message, f"messages[{index}]")
         previous = self._saved_fields
-        self._since_snapshot += 1
         snapshot = (
             force_snapshot
             or previous is None
-            or self._since_snapshot >= self.snapshot_every
-            or (previous.get("phase") != fields["phase"] and fields["phase"] in _BOUNDARY_PHASES)
+            or self._since_snapshot + 1 >= self.snapshot_every
+            or (previous.get("phase") != texts["phase"] and state.phase in _BOUNDARY_PHASES)
         )
-        if snapshot:
-            changed = fields
+        if snapshot or previous is None:
+            changed = texts
         else:
-            assert previous is not None
-            changed = {key: value for key, value in fields.items() if previous.get(key) != value}
-        for index, message in enumerate(new_messages, start=self._saved_messages):
-            ensure_json(message, f"messages[{index}]")
-        for key, value in changed.items():
-            ensure_json(value, key)
-        record = {
-            "v": state.schema_version,
-            "seq": state.save_seq,
-            "label": label,
-            "snapshot": snapshot,
-            "msg_start": self._saved_messages,
-            "messages": new_messages,
-            "fields": changed,
-        }
-        body = _dumps(record)
-        encoded = EncodedSave(
+            changed = {key: text for key, text in texts.items() if previous.get(key) != text}
+        fields_text = ",".join(f"{_encode_str(key)}:{text}" for key, text in changed.items())
+        body = (
+            f'{{"v":{int(state.schema_version)},"seq":{int(state.save_seq)},"label":{_dumps(label)},'
+            f'"snapshot":{"true" if snapshot else "false"},"msg_start":{self._saved_messages},'
+            f'"messages":{_dumps(new_messages)},"fields":{{{fields_text}}}}}'
+        )
+        self._pending = texts
+        return EncodedSave(
             run_id=state.run_id,
             seq=state.save_seq,
             label=label,
@@ -188,14 +215,13 @@ class Encoder:
             summary=summary_of(state),
             ledger=tuple(ledger),
         )
-        return encoded
 
     def committed(self, state: RunState, encoded: EncodedSave) -> None:
         """Call once the store has durably written ``encoded``."""
-        self._saved_fields = state.small_fields()
+        self._saved_fields = self._pending if self._pending is not None else self._field_texts(state)
+        self._pending = None
         self._saved_messages = len(state.messages)
-        if encoded.snapshot:
-            self._since_snapshot = 0
+        self._since_snapshot = 0 if encoded.snapshot else self._since_snapshot + 1
 
 
 def summary_of(state: RunState) -> RunSummary:
@@ -270,10 +296,20 @@ class Decoded:
 
     state: RunState
     last_seq: int
-    timeline: list[SaveInfo]
+    timeline_rows: list[tuple[Any, ...]] = field(repr=False)
+    """One tuple of ``SaveInfo`` fields per save point; ``timeline`` builds the objects."""
     corrupt_seq: int | None = None
     problem: str | None = None
     migrated_from: int | None = None
+    _timeline: list[SaveInfo] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def timeline(self) -> list[SaveInfo]:
+        """The run's save points, oldest first. Built on first use: a resume does not need
+        them, and building one object per save point is a tenth of a long run's load time."""
+        if self._timeline is None:
+            self._timeline = [SaveInfo(*row) for row in self.timeline_rows]
+        return self._timeline
 
 
 def _parse_one(record: StoredRecord, current: int) -> dict[str, JSONValue]:
@@ -335,6 +371,20 @@ def decode(
     the state is that of the last intact save point before the first damaged record, and
     ``Decoded.problem`` says what was skipped. A record from a newer schema raises
     ``IncompatibleSchema`` either way."""
+    # Parsing a long history allocates millions of containers, and the cyclic garbage
+    # collector would run over and over on the growing heap (2-3x the parse time) finding
+    # nothing: JSON holds no reference cycles. Pause it for the parse; it resumes after.
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _decode(run_id, records, recover, migrations)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _decode(run_id: str, records: Iterable[StoredRecord], recover: bool, migrations: Migrations) -> Decoded:
     records = list(records)
     parsed: list[dict[str, JSONValue]] = []
     problem: str | None = None
@@ -344,6 +394,7 @@ def decode(
     if (
         records
         and all(len(r.body) <= MAX_RECORD_BYTES for r in records)
+        and all(r.seq == records[0].seq + i for i, r in enumerate(records))
         and all(checksum(r.body) == r.checksum for r in records)
     ):
         try:
@@ -399,7 +450,7 @@ def _fold(
 ) -> Decoded:
     messages: list[JSONValue] = []
     fields: dict[str, JSONValue] = {}
-    timeline: list[SaveInfo] = []
+    timeline: list[tuple[Any, ...]] = []
     oldest = migrations.current
     if not parsed[0]["snapshot"]:
         raise ValueError("the first record is not a snapshot")
@@ -417,15 +468,15 @@ def _fold(
         else:
             fields.update(record["fields"])
         timeline.append(
-            SaveInfo(
-                seq=record["seq"],
-                label=record["label"],
-                phase=fields.get("phase", "?"),
-                turns=fields.get("turns", 0),
-                tokens_used=fields.get("tokens_used", 0),
-                messages_added=len(added),
-                at=fields.get("updated_at", 0.0),
-                snapshot=bool(record["snapshot"]),
+            (  # SaveInfo's fields, in order
+                record["seq"],
+                record["label"],
+                fields.get("phase", "?"),
+                fields.get("turns", 0),
+                fields.get("tokens_used", 0),
+                len(added),
+                fields.get("updated_at", 0.0),
+                bool(record["snapshot"]),
             )
         )
     missing = [name for name in _REQUIRED_FIELDS if name not in fields]
@@ -444,7 +495,7 @@ def _fold(
     return Decoded(
         state=state,
         last_seq=parsed[-1]["seq"],
-        timeline=timeline,
+        timeline_rows=timeline,
         corrupt_seq=corrupt_seq,
         problem=problem,
         migrated_from=migrated_from,

@@ -21,8 +21,8 @@
     │   ├── LeaseHeld               another live worker owns the run
     │   └── LeaseLost               our lease was taken over; our write changed nothing
     ├── IdempotencyConflict         one idempotency key, two different argument sets
-    ├── UnknownOutcome              a side effect may or may not have happened (policy "fail")
-    └── ModelCallFailed             the model call raised; the run stays at its last save point
+    ├── ModelCallFailed             the model call raised; the run stays at its last save point
+    └── RunInterrupted              asked to stop (worker shutdown); stopped at a save point
 
 Each class's docstring is its default message. Every error leaves the stored run as it was.
 """
@@ -122,9 +122,9 @@ class IdempotencyConflict(UnbrokenError):
     """This idempotency key was already used with different arguments; nothing was executed."""
 
 
-class UnknownOutcome(UnbrokenError):
-    """A side-effecting call was interrupted and whether it took effect is unknown."""
-
-
 class ModelCallFailed(UnbrokenError):
     """The model call failed; the run is saved at its last save point and can be resumed."""
+
+
+class RunInterrupted(UnbrokenError):
+    """The run was asked to stop (its worker is shutting down) and stopped after a save point; it resumes from there."""

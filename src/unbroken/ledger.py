@@ -105,11 +105,12 @@ class EffectLedger:
         return self.store.ledger_get(self.run_id, key)
 
     def wait_settled(self, key: str, timeout: float, poll: float = 0.05) -> LedgerEntry | None:
-        """Wait for another executor of ``key`` to record its outcome; None on timeout."""
+        """Wait for another executor of ``key`` to record its outcome (or declare it
+        unknown); returns the entry as it then stands, or as it stood at ``timeout``."""
         deadline = time.monotonic() + timeout
         while True:
             entry = self.get(key)
-            if entry is not None and entry.status in ("succeeded", "failed"):
+            if entry is not None and entry.status != "pending":
                 return entry
             if time.monotonic() >= deadline:
                 return entry
@@ -122,15 +123,30 @@ class EffectLedger:
         claim = self.claim(call)
         if claim.outcome == "settled":
             assert claim.entry.result is not None
-            return replace(claim.entry.result, how="reused")
+            return replace(claim.entry.result, call_id=call.id, how="reused")
         if claim.outcome == "in_doubt":
             settled = self.wait_settled(call.idempotency_key, wait)
             if settled is not None and settled.result is not None and settled.status in ("succeeded", "failed"):
-                return replace(settled.result, how="reused")
+                return replace(settled.result, call_id=call.id, how="reused")
             return unknown_result(call)
-        result = execute()
+        try:
+            result = execute()
+        except Exception:
+            # It may have acted before raising: say so now rather than leave waiters in doubt.
+            self.mark_unknown(claim.entry)
+            raise
         self.store.ledger_put(self.outcome(claim.entry, result), fence=self._fence())
         return result
+
+
+def not_settled_result(call: ToolCall) -> ToolResult:
+    """The ``is_error`` result for a call left unreconciled because the run stopped (policy
+    ``fail``): it was not run again, and any earlier attempt was not checked."""
+    text = (
+        f"NOT SETTLED: the run stopped before the call to {call.name} (call id {call.id}) was reconciled "
+        "after a crash. It was not run again; whether an earlier attempt took effect was not checked."
+    )
+    return ToolResult(call_id=call.id, content=text, is_error=True, how="skipped")
 
 
 def unknown_result(call: ToolCall, reason: str = "") -> ToolResult:

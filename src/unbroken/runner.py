@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -18,16 +19,18 @@ from typing import Any, Literal
 
 from . import crashpoints
 from .codec import MIGRATIONS, Encoder, encode_full, ensure_json
+from .compaction import Compactor
 from .errors import (
     ConfigError,
     IncompatibleSchema,
     ModelCallFailed,
+    RunInterrupted,
     RunNotFound,
     TaskMismatch,
 )
 from .leases import Heartbeat, acquire, make_owner
-from .ledger import EffectLedger, unknown_result
-from .model import Model, ModelTurn, add_usage
+from .ledger import EffectLedger, not_settled_result, unknown_result
+from .model import Model, ModelTurn, ProposedCall, add_usage
 from .reconcile import Decision, decide, to_content
 from .state import JSONValue, Lease, LedgerEntry, RunState, ToolCall, ToolResult, check_run_id, idempotency_key
 from .stores.base import Store
@@ -73,6 +76,8 @@ class _Session:
         self.resumed = False
         self.recovered_from: str | None = None
         self.reconciled: list[tuple[str, str, str]] = []
+        self.repaired: set[str] = set()
+        self.checked_upto = 0  # messages before this index were checked (and the history only grows)
 
     def fence(self) -> int:
         return self.lease.fence
@@ -163,6 +168,8 @@ class _Session:
             raise
         self.encoder.committed(state, encoded)
         crashpoints.hit(f"save.{label}.after")
+        if self.agent.stop_requested.is_set() and not state.finished:
+            raise RunInterrupted(f"run {self.run_id!r} stopped at save point {state.save_seq} on request; resume it")
 
     # ------------------------------------------------------------------ turn bookkeeping
 
@@ -173,20 +180,7 @@ class _Session:
         state.tokens_used += int(turn.tokens)
         state.usage = add_usage(state.usage, turn.usage)
         state.messages.extend(turn.messages)
-        calls = []
-        for proposed in turn.tool_calls:
-            error = proposed.error
-            if error is None and proposed.name not in self.agent.tools:
-                error = f"there is no tool named {proposed.name!r}; available: {', '.join(self.agent.tools) or 'none'}"
-            calls.append(
-                ToolCall(
-                    id=proposed.id,
-                    name=proposed.name,
-                    input=proposed.input,
-                    idempotency_key=idempotency_key(self.run_id, proposed.id),
-                    error=error,
-                )
-            )
+        calls = [self.to_tool_call(proposed) for proposed in turn.tool_calls]
         state.pending_calls = calls
         state.results = {}
         state.resolutions = {}
@@ -199,6 +193,80 @@ class _Session:
             self.save("completed")
         else:
             self.save("model_turn")
+
+    def to_tool_call(self, proposed: ProposedCall) -> ToolCall:
+        error = proposed.error
+        if error is None and proposed.name not in self.agent.tools:
+            error = f"there is no tool named {proposed.name!r}; available: {', '.join(self.agent.tools) or 'none'}"
+        return ToolCall(
+            id=proposed.id,
+            name=proposed.name,
+            input=proposed.input,
+            idempotency_key=idempotency_key(self.run_id, proposed.id),
+            error=error,
+        )
+
+    def repair_dangling(self) -> bool:
+        """Validate before send: a tool call in the history with no result, that is not already a
+        pending call, is made pending again (read back from its message) so that reconcile answers
+        it; it is never dropped. Returns True when there is something to reconcile (saved first)."""
+        state = self.state
+        model = self.agent.model
+        pending = {call.id for call in state.pending_calls}
+        missing = [
+            call_id
+            for call_id in model.dangling_call_ids(state.messages[self.checked_upto :])
+            if call_id not in pending and call_id not in self.repaired
+        ]
+        if not missing:
+            self.checked_upto = len(state.messages)
+            return False
+        self.repaired.update(missing)
+        find_calls = getattr(model, "find_calls", None)
+        found = {call.id: call for call in find_calls(state.messages, missing)} if find_calls is not None else {}
+        for call_id in missing:
+            proposed = found.get(call_id) or ProposedCall(
+                call_id, "", {}, error="the call could not be read back from the history"
+            )
+            state.pending_calls.append(self.to_tool_call(proposed))
+        log.warning(
+            "run %s: %d tool call(s) had no result in the history; reconciling %s",
+            self.run_id,
+            len(missing),
+            ", ".join(missing),
+        )
+        state.phase = "running_tools"
+        self.save("repaired")
+        return True
+
+    def compact(self) -> None:
+        """Compaction before a model call; the new summary is its own save point."""
+        compaction = self.agent.compaction
+        if compaction is None:
+            return
+        try:
+            changed = compaction.compact(self.state, self.agent.model)
+        except Exception as exc:
+            raise self.compaction_failed(exc) from exc
+        if changed:
+            self.save("compacted")
+
+    async def acompact(self) -> None:
+        compaction = self.agent.compaction
+        if compaction is None:
+            return
+        try:
+            changed = await compaction.acompact(self.state, self.agent.model)
+        except Exception as exc:
+            raise self.compaction_failed(exc) from exc
+        if changed:
+            self.save("compacted")
+
+    def compaction_failed(self, exc: Exception) -> ModelCallFailed:
+        return ModelCallFailed(
+            f"the summary call compacting run {self.run_id!r} failed ({type(exc).__name__}: {exc}); the run is "
+            f"saved at save point {self.state.save_seq} and resumes from there"
+        )
 
     def record_result(self, call: ToolCall, result: ToolResult, entry: LedgerEntry | None) -> None:
         """Make one tool result durable (with its ledger outcome, atomically). The save that
@@ -238,6 +306,16 @@ class _Session:
             state.error = f"call {call.id} ({call.name}) has an unknown outcome; settle it with `unbroken resolve`"
             self.save("paused", ledger=(entry,))
             return False
+        # The run ends here, but its history must stay one a provider accepts: every tool_use
+        # gets a tool_result (the unknown one says so; calls not yet reconciled say that).
+        state.results[call.id] = unknown_result(call, decision.reason)
+        for other in state.dangling_calls():
+            state.results[other.id] = not_settled_result(other)
+        ordered = [state.results[pending.id] for pending in state.pending_calls]
+        state.messages.extend(self.agent.model.tool_result_messages(state.pending_calls, ordered))
+        state.pending_calls = []
+        state.results = {}
+        state.resolutions = {}
         state.phase = "failed"
         state.error = f"call {call.id} ({call.name}) has an unknown outcome ({decision.reason}); run failed by policy"
         self.save("failed", ledger=(entry,))
@@ -308,6 +386,7 @@ class Agent:
         business_state_version: int = 1,
         business_state_migrations: Mapping[int, BusinessStateMigration] | None = None,
         context: ContextBuilder | None = None,
+        compaction: Compactor | None = None,
     ) -> None:
         if unknown_policy not in UNKNOWN_POLICIES:
             raise ConfigError(f"unknown_policy must be one of {', '.join(UNKNOWN_POLICIES)}, not {unknown_policy!r}")
@@ -334,9 +413,15 @@ class Agent:
         self.lease_ttl = lease_ttl
         self.business_state_version = business_state_version
         self.business_state_migrations = dict(business_state_migrations or {})
+        self.compaction = compaction
+        if context is None and compaction is not None:
+            context = lambda state: compaction.context(state, model)  # noqa: E731
         self.context: ContextBuilder = context or (lambda state: state.messages)
         self.owner = make_owner()
         self.migrations = MIGRATIONS
+        self.stop_requested = threading.Event()
+        """Set it from any thread (a worker does on SIGTERM) to make a run stop right after its
+        next save point, raising ``RunInterrupted``; its lease is released and it resumes later."""
 
     @property
     def tool_specs(self) -> list[Any]:
@@ -410,6 +495,9 @@ class Agent:
             if state.turns >= self.max_turns:
                 session.stop_for_max_turns()
                 return
+            if session.repair_dangling() and not self._reconcile_sync(session):
+                return
+            session.compact()
             crashpoints.hit("model.before_call")
             try:
                 turn = self.model.complete(self.context(state), self.tool_specs, self.system)
@@ -459,12 +547,14 @@ class Agent:
         if session.state.phase not in ("running_tools", "paused"):
             return True
         # Decide sequentially (ledger writes are quick), then run the executable calls concurrently.
+        # Unknown outcomes are handled last: a policy that stops the run must not leave a call
+        # that was already claimed (intent saved) unexecuted, or it would look in doubt later.
         runnable: list[tuple[ToolCall, Decision]] = []
+        unknown: list[tuple[ToolCall, Decision]] = []
         for call in calls:
             decision = decide(call, self.tools.get(call.name), session.ledger, session.state.resolutions.get(call.id))
             if decision.action == "unknown":
-                if not session.handle_unknown(call, decision):
-                    return False
+                unknown.append((call, decision))
             elif decision.action == "answer":
                 assert decision.result is not None
                 if resuming:
@@ -487,7 +577,8 @@ class Agent:
             crashpoints.hit("tool.after_outcome")
 
         await asyncio.gather(*(execute(call, decision) for call, decision in runnable))
-        return True
+        # Stops at the first unknown whose policy ends this session (pause, fail).
+        return all(session.handle_unknown(call, decision) for call, decision in unknown)
 
     async def _loop_async(self, session: _Session) -> None:
         state = session.state
@@ -495,6 +586,12 @@ class Agent:
             if state.turns >= self.max_turns:
                 session.stop_for_max_turns()
                 return
+            if session.repair_dangling():
+                if not await self._settle_all_async(session, state.dangling_calls(), resuming=True):
+                    return
+                if state.phase in ("running_tools", "paused"):
+                    session.finish_tools()
+            await session.acompact()
             crashpoints.hit("model.before_call")
             try:
                 turn = await self.model.acomplete(self.context(state), self.tool_specs, self.system)

@@ -11,6 +11,7 @@ _LAZY = {
     "AnthropicModel": ".anthropic",
     "OpenAIChatModel": ".openai_chat",
     "OpenAIResponsesModel": ".openai_responses",
+    "from_env": ".env",
 }
 
 
@@ -22,4 +23,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["AnthropicModel", "OpenAIChatModel", "OpenAIResponsesModel", "ScriptExhausted", "ScriptedModel"]
+__all__ = [
+    "AnthropicModel",
+    "OpenAIChatModel",
+    "OpenAIResponsesModel",
+    "ScriptExhausted",
+    "ScriptedModel",
+    "from_env",
+]

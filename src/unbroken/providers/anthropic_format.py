@@ -65,7 +65,8 @@ def tool_result_messages(calls: Sequence[ToolCall], results: Sequence[ToolResult
 
 
 def dangling_call_ids(messages: Sequence[JSONValue]) -> list[str]:
-    """tool_use ids not answered by a tool_result in the very next user message."""
+    """tool_use ids not answered by a tool_result in the user turn right after their assistant
+    message (consecutive user messages count as one turn: the API merges them)."""
     dangling: list[str] = []
     for index, message in enumerate(messages):
         if not isinstance(message, Mapping) or message.get("role") != "assistant":
@@ -77,14 +78,45 @@ def dangling_call_ids(messages: Sequence[JSONValue]) -> list[str]:
         if not wanted:
             continue
         answered: set[str] = set()
-        following = messages[index + 1] if index + 1 < len(messages) else None
-        if isinstance(following, Mapping) and following.get("role") == "user":
-            reply = following.get("content")
-            if isinstance(reply, list):
-                answered = {
+        following = index + 1
+        while following < len(messages):
+            reply = messages[following]
+            if not isinstance(reply, Mapping) or reply.get("role") != "user":
+                break
+            blocks = reply.get("content")
+            if isinstance(blocks, list):
+                answered.update(
                     str(b.get("tool_use_id"))
-                    for b in reply
+                    for b in blocks
                     if isinstance(b, Mapping) and b.get("type") == "tool_result"
-                }
+                )
+            following += 1
         dangling.extend(call_id for call_id in wanted if call_id not in answered)
     return dangling
+
+
+def find_calls(messages: Sequence[JSONValue], call_ids: Sequence[str]) -> list[ProposedCall]:
+    """The tool calls with these ids, read back from the assistant messages (in ``call_ids`` order)."""
+    found: dict[str, ProposedCall] = {}
+    for message in messages:
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
+            content = message.get("content")
+            if isinstance(content, list):
+                found.update((call.id, call) for call in tool_calls(content))
+    return [found[call_id] for call_id in call_ids if call_id in found]
+
+
+def turn_starts(messages: Sequence[JSONValue]) -> list[int]:
+    """Indices where an assistant turn begins after a user turn: the only places a history may be
+    cut without separating a tool_use from its tool_result."""
+    starts = []
+    for index in range(1, len(messages)):
+        here, before = messages[index], messages[index - 1]
+        if (
+            isinstance(here, Mapping)
+            and here.get("role") == "assistant"
+            and isinstance(before, Mapping)
+            and before.get("role") == "user"
+        ):
+            starts.append(index)
+    return starts

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..model import ModelTurn, ToolSpec
+from ..model import ModelTurn, ProposedCall, ToolSpec
 from ..state import JSONValue, ToolCall, ToolResult
 from . import anthropic_format as fmt
 
@@ -83,3 +83,9 @@ class ScriptedModel:
 
     def dangling_call_ids(self, messages: Sequence[JSONValue]) -> list[str]:
         return fmt.dangling_call_ids(messages)
+
+    def find_calls(self, messages: Sequence[JSONValue], call_ids: Sequence[str]) -> list[ProposedCall]:
+        return fmt.find_calls(messages, call_ids)
+
+    def turn_starts(self, messages: Sequence[JSONValue]) -> list[int]:
+        return fmt.turn_starts(messages)

@@ -15,11 +15,23 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, StoredRecord, decode
 from ..state import Lease, LedgerEntry, RunState, RunSummary, SaveInfo
 
 CAPABILITIES = frozenset({"leases", "ledger", "multi_process", "multi_host", "claim"})
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    """A submitted run a worker has just claimed: its task, the agent name it was submitted
+    for, and the lease the claim took (owner, fence, expiry on the store's clock)."""
+
+    run_id: str
+    task: str
+    agent: str | None
+    lease: Lease
 
 
 class Store(ABC):
@@ -100,6 +112,33 @@ class Store(ABC):
     @abstractmethod
     def lease_of(self, run_id: str) -> Lease | None:
         """The run's current lease holder, or None when nobody holds a live lease."""
+
+    # ------------------------------------------------------------------ claiming (optional)
+
+    def submit(self, task: str, run_id: str | None = None, *, agent: str | None = None) -> str:
+        """Record a run for workers to pick up (a run with no save point yet) and return its
+        run id (a new ``run-...`` id when none is given). ``agent`` names the agent meant to run
+        it; workers started for another agent name leave it alone. Durable when it returns;
+        safe to call twice with the same run id and task. Raises ``TaskMismatch`` if the run id
+        holds another task, ``Unsupported`` on stores without the ``claim`` capability."""
+        from ..errors import Unsupported
+
+        raise Unsupported(
+            f"{type(self).__name__} ({self.url}) cannot queue runs for workers; use sqlite:///FILE "
+            "(several processes on one machine) or postgresql://... (many machines)"
+        )
+
+    def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
+        """Claim up to ``limit`` submitted runs (for ``agent``, or any when None) that are not
+        finished or paused and whose lease is free or expired on the store's clock: each gets
+        ``owner`` as lease holder for ``ttl`` seconds and a new fence token. Two concurrent
+        callers never claim the same run. Raises ``Unsupported`` like ``submit``."""
+        from ..errors import Unsupported
+
+        raise Unsupported(
+            f"{type(self).__name__} ({self.url}) cannot hand runs to workers; use sqlite:///FILE "
+            "(several processes on one machine) or postgresql://... (many machines)"
+        )
 
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
         """Release connections and files. The store cannot be used afterwards."""

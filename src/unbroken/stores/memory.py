@@ -91,6 +91,7 @@ class InMemoryStore(Store):
                 del self._ledger[key]
 
     def ledger_claim(self, entry: LedgerEntry, *, fence: int | None = None) -> tuple[LedgerEntry, bool]:
+        check_run_id(entry.run_id)
         with self._lock:
             self._check_fence(self._runs.get(entry.run_id), entry.run_id, fence)
             existing = self._ledger.get(entry.key)
@@ -100,16 +101,19 @@ class InMemoryStore(Store):
             return replace(entry), True
 
     def ledger_put(self, entry: LedgerEntry, *, fence: int | None = None) -> None:
+        check_run_id(entry.run_id)
         with self._lock:
             self._check_fence(self._runs.get(entry.run_id), entry.run_id, fence)
             self._ledger[entry.key] = replace(entry)
 
     def ledger_get(self, run_id: str, key: str) -> LedgerEntry | None:
+        check_run_id(run_id)
         with self._lock:
             entry = self._ledger.get(key)
             return replace(entry) if entry is not None and entry.run_id == run_id else None
 
     def ledger_list(self, run_id: str) -> list[LedgerEntry]:
+        check_run_id(run_id)
         with self._lock:
             rows = [replace(e) for e in self._ledger.values() if e.run_id == run_id]
         return sorted(rows, key=lambda e: (e.created_at, e.key))
@@ -155,6 +159,7 @@ class InMemoryStore(Store):
                 run.expires_at = 0.0
 
     def lease_of(self, run_id: str) -> Lease | None:
+        check_run_id(run_id)
         with self._lock:
             run = self._runs.get(run_id)
             if run is None or run.owner is None or run.expires_at <= self.clock():

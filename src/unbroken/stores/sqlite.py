@@ -34,10 +34,11 @@ from ..errors import (
     LeaseLost,
     RunNotFound,
     StoreUnavailable,
+    TaskMismatch,
 )
 from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunSummary, check_run_id
 from ._rows import ledger_from_row, ledger_to_row
-from .base import Store
+from .base import ClaimedRun, Store
 
 STORE_SCHEMA = 1
 BUSY_TIMEOUT_MS = 10_000
@@ -250,6 +251,7 @@ class SQLiteStore(Store):
         )
 
     def ledger_claim(self, entry: LedgerEntry, *, fence: int | None = None) -> tuple[LedgerEntry, bool]:
+        check_run_id(entry.run_id)
         with self._write() as conn:
             self._check_fence(conn, entry.run_id, fence)
             row = conn.execute(f"SELECT {_LEDGER_COLUMNS} FROM unbroken_effects WHERE key=?", (entry.key,)).fetchone()
@@ -259,15 +261,18 @@ class SQLiteStore(Store):
         return entry, True
 
     def ledger_put(self, entry: LedgerEntry, *, fence: int | None = None) -> None:
+        check_run_id(entry.run_id)
         with self._write() as conn:
             self._check_fence(conn, entry.run_id, fence)
             self._upsert_ledger(conn, entry)
 
     def ledger_get(self, run_id: str, key: str) -> LedgerEntry | None:
+        check_run_id(run_id)
         rows = self._read(f"SELECT {_LEDGER_COLUMNS} FROM unbroken_effects WHERE key=? AND run_id=?", (key, run_id))
         return ledger_from_row(rows[0]) if rows else None
 
     def ledger_list(self, run_id: str) -> list[LedgerEntry]:
+        check_run_id(run_id)
         rows = self._read(
             f"SELECT {_LEDGER_COLUMNS} FROM unbroken_effects WHERE run_id=? ORDER BY created_at, key", (run_id,)
         )
@@ -327,6 +332,7 @@ class SQLiteStore(Store):
             )
 
     def lease_of(self, run_id: str) -> Lease | None:
+        check_run_id(run_id)
         rows = self._read(
             f"SELECT owner, fence, lease_expires FROM unbroken_runs WHERE run_id=? AND owner IS NOT NULL "
             f"AND lease_expires > {_NOW}",
@@ -336,6 +342,60 @@ class SQLiteStore(Store):
             return None
         owner, fence, expires = rows[0]
         return Lease(run_id, owner, fence, expires)
+
+    # ------------------------------------------------------------------ claiming (workers)
+    # Submitted runs wait in their own table, created on first use, so files written before
+    # claiming existed keep working unchanged. BEGIN IMMEDIATE serialises claims across processes.
+
+    _QUEUE_SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS unbroken_queue (run_id TEXT PRIMARY KEY, task TEXT NOT NULL, "
+        "agent TEXT, submitted_at REAL NOT NULL)"
+    )
+
+    def submit(self, task: str, run_id: str | None = None, *, agent: str | None = None) -> str:
+        if run_id is None:
+            import uuid
+
+            run_id = f"run-{uuid.uuid4().hex[:12]}"
+        check_run_id(run_id)
+        with self._write() as conn:
+            conn.execute(self._QUEUE_SCHEMA)
+            row = conn.execute("SELECT task FROM unbroken_runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is not None and row[0] is not None and row[0] != task:
+                raise TaskMismatch(
+                    f"run {run_id!r} already exists with task {row[0][:80]!r}; "
+                    "submit the same task or use another run id"
+                )
+            if row is None:
+                conn.execute("INSERT INTO unbroken_runs (run_id, task, head_seq) VALUES (?, ?, 0)", (run_id, task))
+            conn.execute(
+                f"INSERT INTO unbroken_queue (run_id, task, agent, submitted_at) VALUES (?, ?, ?, {_NOW}) "
+                "ON CONFLICT (run_id) DO UPDATE SET task=excluded.task, agent=excluded.agent",
+                (run_id, task, agent),
+            )
+        return run_id
+
+    def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
+        blocked = sorted(TERMINAL_PHASES | {"paused"})
+        marks = ",".join("?" for _ in blocked)
+        with self._write() as conn:
+            conn.execute(self._QUEUE_SCHEMA)
+            now = conn.execute(f"SELECT {_NOW}").fetchone()[0]
+            rows = conn.execute(
+                "SELECT q.run_id, q.task, q.agent, r.fence FROM unbroken_queue q JOIN unbroken_runs r USING (run_id) "
+                f"WHERE (? IS NULL OR q.agent = ?) AND (r.phase IS NULL OR r.phase NOT IN ({marks})) "
+                "AND (r.owner IS NULL OR r.lease_expires IS NULL OR r.lease_expires <= ?) "
+                "ORDER BY q.submitted_at, q.run_id LIMIT ?",
+                (agent, agent, *blocked, now, limit),
+            ).fetchall()
+            claimed = []
+            for run_id, task, claimed_for, fence in rows:
+                conn.execute(
+                    "UPDATE unbroken_runs SET fence=?, owner=?, lease_expires=? WHERE run_id=?",
+                    (fence + 1, owner, now + ttl, run_id),
+                )
+                claimed.append(ClaimedRun(run_id, task, claimed_for, Lease(run_id, owner, fence + 1, now + ttl)))
+        return claimed
 
 
 _LEDGER_COLUMNS = "key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at"

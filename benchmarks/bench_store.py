@@ -1,0 +1,181 @@
+"""unbroken's own save path, bytes on disk and resume, per store; and the bare-commit floor.
+
+The turns are driven through the runner's real ``_Session`` (``record_turn`` makes save point
+A with the assistant message and the pending call, ``record_result`` save point B with the
+tool result), and each call of ``_Session.save`` is timed: exactly ``Encoder.encode`` +
+``Store.append`` with ``expect_seq`` and the lease's fence + ``Encoder.committed``. The turn
+bookkeeping around it (and no model, no tool) is outside the timed region.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import workload
+from measure import SaveTimes, files_bytes, interleaved_medians
+from unbroken import Agent, ScriptedModel, open_store, tool
+from unbroken.leases import Heartbeat
+from unbroken.model import ModelTurn, ProposedCall
+from unbroken.runner import _Session
+from unbroken.state import LedgerEntry, ToolResult
+from unbroken.stores.base import Store
+
+POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@tool(effect="read_only")
+def read_ticket(ticket_id: str, fields: list[str]) -> str:
+    """Read one support ticket."""
+    return workload.tool_result_text(int(ticket_id.split("-")[1]))
+
+
+@dataclass
+class StoreKind:
+    """One store configuration to measure."""
+
+    name: str
+    url: Callable[[Path], str]
+    files: Callable[[Path], list[Path]] | None  # what to count as bytes on disk (None: not measurable)
+
+
+STORE_KINDS = [
+    StoreKind("sqlite full", lambda d: f"sqlite:///{d}/full.db", lambda d: [d / "full.db", d / "full.db-wal"]),
+    StoreKind(
+        "sqlite normal",
+        lambda d: f"sqlite:///{d}/normal.db?durability=normal",
+        lambda d: [d / "normal.db", d / "normal.db-wal"],
+    ),
+    StoreKind("file", lambda d: f"file://{d}/filestore", lambda d: [d / "filestore"]),
+    StoreKind("postgres", lambda d: POSTGRES_URL, None),
+]
+
+
+@dataclass
+class StoreResult:
+    store: str
+    turns: int
+    saves: SaveTimes
+    disk_bytes: int | None
+    resume_seconds: float | None
+    floor: SaveTimes | None = None
+
+
+class BareCommit:
+    """The floor: one autocommitted INSERT of a 2.4 KB row into a WAL database at synchronous=FULL."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute("CREATE TABLE IF NOT EXISTS saves (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+        self.body = " ".join(str(m) for m in workload.history(1)[1:])[:2400]
+        self.times = SaveTimes()
+
+    def commit(self) -> None:
+        started = time.perf_counter()
+        self.conn.execute("INSERT INTO saves (body) VALUES (?)", (self.body,))
+        self.times.samples.append(time.perf_counter() - started)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def drive_saves(store: Store, run_id: str, turns: int, after_each: Callable[[], None] | None = None) -> SaveTimes:
+    """Play ``turns`` turns through the runner's save points; time each ``_Session.save``."""
+    agent = Agent(model=ScriptedModel([]), tools=[read_ticket], store=store, lease_ttl=3600.0)
+    lease = store.acquire_lease(run_id, agent.owner, 3600.0)
+    session = _Session(agent, run_id, lease, Heartbeat(store, lease, 3600.0))  # heartbeat thread never started
+    session.open(workload.TASK, None)
+    times = SaveTimes()
+    real_save = session.save
+    clock = time.perf_counter
+
+    def timed_save(label: str, *, ledger: Iterable[LedgerEntry] = (), force_snapshot: bool = False) -> None:
+        started = clock()
+        real_save(label, ledger=ledger, force_snapshot=force_snapshot)
+        times.samples.append(clock() - started)
+        if after_each is not None:
+            after_each()
+
+    session.save = timed_save  # type: ignore[method-assign]  # the runner calls self.save: time exactly that
+    for turn in range(turns):
+        usage = workload.usage(turn)
+        answer = ModelTurn(
+            messages=[workload.assistant_message(turn)],
+            tool_calls=[ProposedCall(workload.call_id(turn), workload.TOOL_NAME, workload.tool_input(turn))],
+            usage=dict(usage),
+            tokens=sum(usage.values()),
+            stop_reason="tool_use",
+            done=False,
+        )
+        session.record_turn(answer)  # save point A: assistant message + pending call
+        call = session.state.pending_calls[0]
+        session.record_result(call, ToolResult(call.id, workload.tool_result_text(turn)), None)  # save point B
+    if len(times.samples) != 2 * turns:
+        raise RuntimeError(f"expected {2 * turns} saves, the runner made {len(times.samples)}")
+    store.release_lease(lease)
+    return times
+
+
+def resume_snippet(url: str, run_id: str) -> str:
+    """Fresh process: open the store and load the run until its messages list is materialised."""
+    return (
+        "from unbroken import open_store\n"
+        "started = _time.perf_counter()\n"
+        f"store = open_store({url!r})\n"
+        f"state = store.load({run_id!r})\n"
+        "check = len(state.messages)\n"
+        "elapsed = _time.perf_counter() - started\n"
+        "store.close()\n"
+    )
+
+
+def json_snippet(path: Path) -> str:
+    """Fresh process: read the history as one JSON file and ``json.loads`` it (the resume target)."""
+    return (
+        "started = _time.perf_counter()\n"
+        f"with open({str(path)!r}, 'rb') as _f:\n"
+        "    messages = _json.loads(_f.read())\n"
+        "check = len(messages)\n"
+        "elapsed = _time.perf_counter() - started\n"
+    )
+
+
+def measure_store(
+    kind: StoreKind, workdir: Path, turns: int, repeats: int, json_path: Path, with_floor: bool
+) -> tuple[StoreResult, float]:
+    """Run ``turns`` turns on a fresh store of ``kind``; returns the result and the json.loads
+    baseline measured interleaved with its resume."""
+    url = kind.url(workdir)
+    run_id = f"bench-{turns}"
+    store = open_store(url)
+    floor = BareCommit(workdir / "floor.db") if with_floor else None
+    try:
+        store.delete_run(run_id)  # a shared PostgreSQL database may hold one from an earlier run
+        saves = drive_saves(store, run_id, turns, floor.commit if floor is not None else None)
+    finally:
+        store.close()
+        if floor is not None:
+            floor.close()
+    disk = files_bytes(kind.files(workdir)) if kind.files is not None else None
+    medians = interleaved_medians({"resume": resume_snippet(url, run_id), "json": json_snippet(json_path)}, repeats)
+    if kind.files is None:
+        cleanup = open_store(url)
+        cleanup.delete_run(run_id)
+        cleanup.close()
+    result = StoreResult(kind.name, turns, saves, disk, medians["resume"], floor.times if floor is not None else None)
+    return result, medians["json"]
+
+
+def store_available(kind: StoreKind, workdir: Path) -> str | None:
+    """None if the store can be opened here, else why not (the column is then skipped)."""
+    try:
+        store = open_store(kind.url(workdir))
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    store.close()
+    return None

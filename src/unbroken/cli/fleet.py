@@ -1,0 +1,92 @@
+"""Commands for a fleet of workers: ``submit`` queues a run, ``worker`` runs queued runs."""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+
+from ..errors import ConfigError
+from ..runner import Agent, RunResult
+from ..stores.base import Store
+from ..worker import Worker
+from ._app import friendly_errors, main, open_cli_store, store_option
+from .runs import load_agent
+
+
+def _check_spec(spec: str) -> str:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--agent {spec!r} must look like module:attr, for example myapp.agents:build_agent")
+    return spec
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
+
+
+@main.command("submit")
+@click.option("--agent", "agent_spec", required=True, help="module:attr of the agent that will run it.")
+@click.option("--task", required=True, help="What the run must do.")
+@click.option("--run-id", default=None, help="Run id to use (default: a new run-... id).")
+@store_option
+@friendly_errors
+def submit_command(agent_spec: str, task: str, run_id: str | None, store_url: str) -> None:
+    """Queue a run for the workers of --agent and print its run id. Safe to repeat with the
+    same --run-id and task."""
+    _check_spec(agent_spec)
+    with open_cli_store(store_url) as store:
+        click.echo(store.submit(task, run_id, agent=agent_spec))
+
+
+@main.command("worker")
+@click.option("--agent", "agent_spec", required=True, help="module:attr naming an Agent, or a factory returning one.")
+@click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True, help="Runs at once.")
+@click.option("--poll-interval", type=click.FloatRange(0.01), default=1.0, show_default=True, help="Seconds.")
+@click.option("--until-idle", is_flag=True, help="Exit once no run is left to claim.")
+@click.option("--max-runs", type=click.IntRange(1), default=None, help="Exit after claiming this many runs.")
+@store_option
+@friendly_errors
+def worker_command(
+    agent_spec: str, concurrency: int, poll_interval: float, until_idle: bool, max_runs: int | None, store_url: str
+) -> None:
+    """Claim runs submitted for --agent, run each to its end, and claim more.
+
+    Runs left by a dead worker are picked up once their lease expires. SIGTERM or Ctrl-C: the
+    worker finishes its current save points, releases its leases and exits."""
+    _check_spec(agent_spec)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+
+    def build(store: Store) -> Agent:
+        agent = load_agent(agent_spec)
+        if agent.store is not store:
+            agent.store.close()
+            agent.store = store
+        return agent
+
+    def report(result: RunResult) -> None:
+        click.echo(f"{result.run_id}\t{result.status}\t{result.turns} turns\t{result.tokens_used} tokens")
+
+    with open_cli_store(store_url) as store:
+        where = _redacted(store.url)
+        worker = Worker(
+            build,
+            store,
+            concurrency=concurrency,
+            agent_name=agent_spec,
+            poll_interval=poll_interval,
+            on_finish=report,
+            on_ready=lambda: click.echo(
+                f"worker: {concurrency} slot(s) on {where} for {agent_spec}; SIGTERM to stop", err=True
+            ),
+        )
+        stats = worker.run(until_idle=until_idle, max_runs=max_runs)
+    click.echo(
+        f"worker: {stats.finished} finished, {stats.interrupted} interrupted, {stats.lost} taken over, "
+        f"{stats.errors} failed and left for retry",
+        err=True,
+    )

@@ -1,0 +1,530 @@
+"""``postgresql://USER@HOST:PORT/DB``: one store shared by workers on many machines.
+
+URL options (any other query parameter, such as ``sslmode`` or ``application_name``, goes to libpq):
+
+* ``schema=NAME``: keep unbroken's tables in this schema, created if missing (default ``public``),
+  so several stores, or several test runs, can share one database.
+* ``pool_size=N``: the most connections this process opens (default 4).
+* ``retry_for=SECONDS``: how long one operation keeps retrying while the server is unreachable
+  (default 10) before it raises ``StoreUnavailable``.
+
+Every statement lives in ``sql/postgres/queries.sql`` and takes its values as bound parameters.
+A save point is one statement (so one atomic write): it advances the run's head only if the head
+and the fence token are still the ones the writer expects, and writes the record and the ledger
+rows only through that advance. Lease times come from the database clock, never the client's,
+so a worker whose clock is wrong cannot extend or steal a lease. The schema is created from
+``schema.sql`` or brought up to date by the numbered files in ``migrations/``, under an advisory
+lock, and each applied migration is recorded in ``unbroken_migrations``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from .. import crashpoints
+from ..codec import EncodedSave, StoredRecord, dumps
+from ..errors import (
+    ConcurrentSave,
+    IncompatibleSchema,
+    InvalidStoreURL,
+    LeaseHeld,
+    LeaseLost,
+    RunNotFound,
+    StoreUnavailable,
+    TaskMismatch,
+)
+from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunSummary, check_run_id
+from ._rows import ledger_from_row, ledger_to_row
+from .base import ClaimedRun, Store
+
+T = TypeVar("T")
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+DEFAULT_SCHEMA = "public"
+DEFAULT_POOL_SIZE = 4
+DEFAULT_RETRY_FOR = 10.0
+CONNECT_TIMEOUT_S = 5
+_STORE_OPTIONS = frozenset({"schema", "pool_size", "retry_for"})
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_MIGRATION_FILE = re.compile(r"(\d{4})_(\w+)\.sql")
+_LEDGER_FIELDS = ("key", "run_id", "call_id", "tool", "args_hash", "status", "attempts", "result")
+_LEDGER_TIMES = ("created_at", "updated_at")
+_RECORD_MIGRATION = "INSERT INTO unbroken_migrations (version, name) VALUES (%s, %s)"
+
+
+# --------------------------------------------------------------------------- SQL files
+
+
+def _sql_file(name: str) -> str:
+    return resources.files("unbroken.stores").joinpath(f"sql/postgres/{name}").read_text(encoding="utf-8")
+
+
+def _load_queries() -> dict[str, str]:
+    """The named statements of ``queries.sql`` (a ``-- name: X`` line starts statement X)."""
+    queries: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in _sql_file("queries.sql").splitlines():
+        if line.startswith("-- name: "):
+            current = queries.setdefault(line.removeprefix("-- name: ").strip(), [])
+        elif current is not None and not line.lstrip().startswith("--"):
+            current.append(line)
+    return {name: "\n".join(lines).strip() for name, lines in queries.items()}
+
+
+Q = _load_queries()
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    script: str
+
+
+def migrations() -> list[Migration]:
+    """Every numbered file of ``sql/postgres/migrations``, in order."""
+    folder = resources.files("unbroken.stores").joinpath("sql/postgres/migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = _MIGRATION_FILE.fullmatch(entry.name)
+        if match:
+            found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+    return sorted(found, key=lambda m: m.version)
+
+
+def migrate(conn: Conn, schema: str, *, fresh_from_schema_file: bool = True) -> list[int]:
+    """Bring ``schema`` up to the latest migration; returns the versions applied now.
+
+    Runs in one transaction under an advisory lock keyed by the schema name, so processes that
+    open the store at the same moment apply each migration once. A schema with no recorded
+    migration is created from ``schema.sql`` (``fresh_from_schema_file``) or by applying every
+    migration in order; a test checks that both give the same tables and indexes."""
+    steps = migrations()
+    latest = steps[-1].version
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"unbroken.migrate.{schema}",))
+        if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {}.unbroken_migrations (version integer PRIMARY KEY, "
+                "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+            ).format(sql.Identifier(schema))
+        )
+        applied = {row[0] for row in conn.execute("SELECT version FROM unbroken_migrations")}
+        if applied and max(applied) > latest:
+            raise IncompatibleSchema(
+                f"PostgreSQL schema {schema!r} is at store migration {max(applied)}; this unbroken knows "
+                f"up to {latest}. Upgrade unbroken."
+            )
+        if not applied and fresh_from_schema_file:
+            conn.execute(_sql_file("schema.sql").encode())
+            for step in steps:
+                conn.execute(_RECORD_MIGRATION, (step.version, step.name))
+            return [step.version for step in steps]
+        todo = [step for step in steps if step.version not in applied]
+        for step in todo:
+            conn.execute(step.script.encode())
+            conn.execute(_RECORD_MIGRATION, (step.version, step.name))
+        return [step.version for step in todo]
+
+
+# --------------------------------------------------------------------------- URL
+
+
+@dataclass(frozen=True)
+class PostgresURL:
+    """A store URL split into what libpq gets and what the store keeps for itself."""
+
+    conninfo: str
+    schema: str
+    pool_size: int
+    retry_for: float
+    where: str
+    """Host, port, database and user, for messages (never the password)."""
+
+
+def parse_url(url: str) -> PostgresURL:
+    """Split and check a ``postgresql://`` URL; raises ``InvalidStoreURL`` saying what is wrong."""
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    ours = {key: value for key, value in params if key in _STORE_OPTIONS}
+    libpq = [(key, value) for key, value in params if key not in _STORE_OPTIONS]
+    schema = ours.get("schema", DEFAULT_SCHEMA)
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise InvalidStoreURL(
+            f"schema {schema!r} in store URL is not a plain name: use 1-63 characters from a-z 0-9 _, "
+            "not starting with a digit"
+        )
+    try:
+        pool_size = int(ours.get("pool_size", DEFAULT_POOL_SIZE))
+        retry_for = float(ours.get("retry_for", DEFAULT_RETRY_FOR))
+    except ValueError as exc:
+        raise InvalidStoreURL(f"store URL option pool_size or retry_for is not a number: {exc}") from exc
+    if pool_size < 1 or not 0 <= retry_for <= 3600:
+        raise InvalidStoreURL("store URL needs pool_size >= 1 and retry_for between 0 and 3600 seconds")
+    if not any(key == "connect_timeout" for key, _ in libpq):
+        libpq.append(("connect_timeout", str(CONNECT_TIMEOUT_S)))
+    scheme = "postgresql" if parts.scheme.lower() in ("postgresql", "postgres") else parts.scheme
+    conninfo = urlunsplit((scheme, parts.netloc, parts.path, urlencode(libpq, quote_via=quote), ""))
+    try:
+        conninfo = psycopg.conninfo.make_conninfo(conninfo, options=f"-c search_path={schema}")
+    except psycopg.ProgrammingError as exc:
+        raise InvalidStoreURL(f"store URL is not a valid PostgreSQL URL: {' '.join(str(exc).split())}") from exc
+    host = parts.hostname or "the local socket"
+    port = parts.port or 5432
+    database = parts.path.lstrip("/") or parts.username or "(default)"
+    where = f"{host}:{port} database {database!r} user {parts.username or '(default)'!r} schema {schema!r}"
+    return PostgresURL(conninfo, schema, pool_size, retry_for, where)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class PostgresStore(Store):
+    """A run store in a PostgreSQL database. Safe to share between threads; each process opens
+    its own connection pool (a forked child opens a new one)."""
+
+    capabilities = frozenset({"leases", "ledger", "multi_process", "multi_host", "claim"})
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.settings = parse_url(url)
+        self.schema = self.settings.schema
+        self._lock = threading.Lock()
+        self._pool: ConnectionPool[Conn] | None = None
+        self._pid = os.getpid()
+        try:
+            with psycopg.connect(self.settings.conninfo, autocommit=True) as conn:
+                migrate(conn, self.schema)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(
+                f"cannot connect to PostgreSQL at {self.settings.where}: {_one_line(exc)} -- check that the "
+                "server is running and reachable and that host, port, database, user and password in the "
+                "store URL are right"
+            ) from exc
+        except psycopg.Error as exc:
+            where = self.settings.where
+            raise StoreUnavailable(f"cannot prepare PostgreSQL store at {where}: {_one_line(exc)}") from exc
+        self._open_pool()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _open_pool(self) -> ConnectionPool[Conn]:
+        pool: ConnectionPool[Conn] = ConnectionPool(
+            self.settings.conninfo,
+            kwargs={"autocommit": True},
+            min_size=1,
+            max_size=self.settings.pool_size,
+            timeout=min(max(self.settings.retry_for, 0.2), 2.0),
+            name=f"unbroken-{self.schema}",
+            open=False,
+        )
+        pool.open(wait=False)
+        self._pool = pool
+        self._pid = os.getpid()
+        return pool
+
+    def _get_pool(self) -> ConnectionPool[Conn]:
+        with self._lock:
+            if self._pool is None:
+                raise StoreUnavailable(f"PostgreSQL store at {self.settings.where} is closed")
+            if self._pid != os.getpid():
+                # A forked child must not use the parent's sockets; leave them to the parent.
+                return self._open_pool()
+            return self._pool
+
+    def _run(self, op: Callable[[Conn, bool], T]) -> T:
+        """Run ``op(connection, retried)``, retrying on a lost connection until ``retry_for``
+        has passed. ``retried`` tells ``op`` that an earlier attempt may have committed."""
+        deadline = time.monotonic() + self.settings.retry_for
+        pause = 0.02
+        retried = False
+        while True:
+            try:
+                try:
+                    with self._get_pool().connection() as conn:
+                        return op(conn, retried)
+                except PoolTimeout:
+                    # The pool may still be backing off from an outage the server is already
+                    # back from: one direct connection tells, and does the work if it is.
+                    with psycopg.connect(self.settings.conninfo, autocommit=True) as conn:
+                        return op(conn, True)
+            except psycopg.OperationalError as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreUnavailable(
+                        f"PostgreSQL at {self.settings.where} is unreachable ({_one_line(exc)}); gave up after "
+                        f"{self.settings.retry_for:g}s. The run is intact at its last save point."
+                    ) from exc
+                retried = True
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 0.5)
+            except psycopg.Error as exc:
+                raise StoreUnavailable(f"PostgreSQL store at {self.settings.where}: {_one_line(exc)}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None and self._pid == os.getpid():
+            pool.close()
+
+    # ------------------------------------------------------------------ records
+
+    def _refusal(self, conn: Conn, run_id: str, expect_seq: int, fence: int | None) -> Exception:
+        row = conn.execute(Q["head_and_fence"], {"run_id": run_id}).fetchone()
+        head, current = (row[0], row[1]) if row else (0, 0)
+        if fence is not None and current != fence:
+            return LeaseLost(f"run {run_id!r} is now owned under fence {current}, not {fence}; this write was refused")
+        return ConcurrentSave(f"run {run_id!r} is at save {head}, not {expect_seq}; reload it")
+
+    def _already_written(self, conn: Conn, save: EncodedSave, fence: int | None) -> bool:
+        """After a retry: did the attempt that lost its connection commit this very save?"""
+        row = conn.execute(Q["head_and_fence"], {"run_id": save.run_id}).fetchone()
+        if row is None or row[0] != save.seq or (fence is not None and row[1] != fence):
+            return False
+        stored = conn.execute(Q["record_checksum"], {"run_id": save.run_id, "seq": save.seq}).fetchone()
+        return stored is not None and stored[0] == save.checksum
+
+    @staticmethod
+    def _record_params(save: EncodedSave) -> dict[str, Any]:
+        s = save.summary
+        return {
+            "run_id": save.run_id,
+            "seq": save.seq,
+            "label": save.label,
+            "snapshot": save.snapshot,
+            "body": save.body,
+            "checksum": save.checksum,
+            "task": s.task,
+            "phase": s.phase,
+            "turns": s.turns,
+            "tokens_used": s.tokens_used,
+            "updated_at": s.updated_at,
+        }
+
+    def append(self, save: EncodedSave, *, expect_seq: int, fence: int | None = None) -> None:
+        check_run_id(save.run_id)
+        params = self._record_params(save)
+        params.update(expect_seq=expect_seq, fence=fence, ledger=_ledger_json(save.ledger))
+
+        def op(conn: Conn, retried: bool) -> None:
+            crashpoints.hit("postgres.before_append")
+            if expect_seq == 0 and fence is None:
+                with conn.transaction():  # a brand-new run without a lease: create its row first
+                    conn.execute(Q["create_run"], {"run_id": save.run_id})
+                    written = _scalar(conn.execute(Q["append"], params).fetchone())
+                    if written != 1:
+                        raise self._refusal(conn, save.run_id, expect_seq, fence)
+                return
+            written = _scalar(conn.execute(Q["append"], params).fetchone())
+            if written == 1 or (retried and self._already_written(conn, save, fence)):
+                return
+            raise self._refusal(conn, save.run_id, expect_seq, fence)
+
+        self._run(op)
+
+    def read_records(self, run_id: str) -> list[StoredRecord]:
+        check_run_id(run_id)
+        rows = self._run(lambda conn, _: conn.execute(Q["read_records"], {"run_id": run_id}).fetchall())
+        if not rows:
+            raise RunNotFound(f"no run {run_id!r} in {self.url}")
+        return [StoredRecord(seq, body, checksum) for seq, body, checksum in rows]
+
+    def rewrite(self, run_id: str, saves: Sequence[EncodedSave], *, expect_seq: int, fence: int | None = None) -> None:
+        check_run_id(run_id)
+        if not saves:
+            raise ValueError("rewrite needs at least one save record")
+        last = saves[-1]
+
+        def op(conn: Conn, retried: bool) -> None:
+            with conn.transaction():
+                conn.execute(Q["create_run"], {"run_id": run_id})
+                row = conn.execute(Q["lock_run"], {"run_id": run_id}).fetchone()
+                head, current = (row[0], row[1]) if row else (0, 0)
+                if head != expect_seq or (fence is not None and current != fence):
+                    if retried and self._already_written(conn, last, fence):
+                        return
+                    raise self._refusal(conn, run_id, expect_seq, fence)
+                conn.execute(Q["delete_records"], {"run_id": run_id})
+                conn.execute(Q["set_summary"], self._record_params(last))
+                with conn.cursor() as cur:
+                    cur.executemany(Q["insert_record"], [self._record_params(save) for save in saves])
+                    entries = [entry for save in saves for entry in save.ledger]
+                    if entries:
+                        cur.executemany(Q["ledger_upsert"], [_ledger_params(e, None) for e in entries])
+
+        self._run(op)
+
+    def list_runs(self) -> list[RunSummary]:
+        rows = self._run(lambda conn, _: conn.execute(Q["list_runs"]).fetchall())
+        return [RunSummary(*row) for row in rows]
+
+    def delete_run(self, run_id: str) -> None:
+        check_run_id(run_id)
+
+        def op(conn: Conn, _: bool) -> None:
+            with conn.transaction():
+                for name in ("delete_run_records", "delete_run_effects", "delete_run_row"):
+                    conn.execute(Q[name], {"run_id": run_id})
+
+        self._run(op)
+
+    # ------------------------------------------------------------------ ledger
+
+    def _check_fence(self, conn: Conn, run_id: str, fence: int | None) -> None:
+        if fence is None:
+            return
+        row = conn.execute(Q["head_and_fence"], {"run_id": run_id}).fetchone()
+        current = row[1] if row else 0
+        if current != fence:
+            raise LeaseLost(f"run {run_id!r} is now owned under fence {current}, not {fence}; this write was refused")
+
+    def ledger_claim(self, entry: LedgerEntry, *, fence: int | None = None) -> tuple[LedgerEntry, bool]:
+        check_run_id(entry.run_id)
+        params = _ledger_params(entry, fence)
+
+        def op(conn: Conn, retried: bool) -> tuple[LedgerEntry, bool]:
+            if conn.execute(Q["ledger_claim"], params).fetchone() is not None:
+                return entry, True
+            self._check_fence(conn, entry.run_id, fence)
+            row = conn.execute(Q["ledger_get"], {"key": entry.key, "run_id": entry.run_id}).fetchone()
+            if row is None:  # the key belongs to another run: report it as taken
+                row = conn.execute(
+                    "SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at "
+                    "FROM unbroken_effects WHERE key = %(key)s",
+                    {"key": entry.key},
+                ).fetchone()
+                if row is None:
+                    raise ConcurrentSave(f"ledger key {entry.key} vanished while being claimed; try again")
+            stored = ledger_from_row(row)
+            # A retried claim whose first attempt committed finds exactly its own entry: it won.
+            return stored, retried and stored == entry
+
+        return self._run(op)
+
+    def ledger_put(self, entry: LedgerEntry, *, fence: int | None = None) -> None:
+        check_run_id(entry.run_id)
+        params = _ledger_params(entry, fence)
+
+        def op(conn: Conn, _: bool) -> None:
+            if conn.execute(Q["ledger_upsert"], params).fetchone() is None:
+                self._check_fence(conn, entry.run_id, fence)
+                raise LeaseLost(f"run {entry.run_id!r} is not under fence {fence}; this write was refused")
+
+        self._run(op)
+
+    def ledger_get(self, run_id: str, key: str) -> LedgerEntry | None:
+        check_run_id(run_id)
+        row = self._run(lambda conn, _: conn.execute(Q["ledger_get"], {"key": key, "run_id": run_id}).fetchone())
+        return ledger_from_row(row) if row is not None else None
+
+    def ledger_list(self, run_id: str) -> list[LedgerEntry]:
+        check_run_id(run_id)
+        rows = self._run(lambda conn, _: conn.execute(Q["ledger_list"], {"run_id": run_id}).fetchall())
+        return [ledger_from_row(row) for row in rows]
+
+    def ledger_gc(self, older_than: float) -> int:
+        params = {"older_than": older_than, "terminal": sorted(TERMINAL_PHASES)}
+        return self._run(lambda conn, _: conn.execute(Q["ledger_gc"], params).rowcount)
+
+    # ------------------------------------------------------------------ leases
+
+    def acquire_lease(self, run_id: str, owner: str, ttl: float, *, takeover_from: str | None = None) -> Lease:
+        check_run_id(run_id)
+        params = {"run_id": run_id, "owner": owner, "ttl": float(ttl), "takeover_from": takeover_from}
+
+        def op(conn: Conn, _: bool) -> Lease:
+            row = conn.execute(Q["acquire_lease"], params).fetchone()
+            if row is not None:
+                return Lease(run_id, owner, row[0], row[1])
+            held = conn.execute(Q["lease_holder"], {"run_id": run_id}).fetchone()
+            holder, left = (held[0], held[1]) if held else ("nobody", 0.0)
+            raise LeaseHeld(f"run {run_id!r} is held by {holder} for {left or 0.0:.1f}s more")
+
+        return self._run(op)
+
+    def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        params = {"run_id": lease.run_id, "fence": lease.fence, "owner": lease.owner, "ttl": float(ttl)}
+
+        def op(conn: Conn, _: bool) -> Lease:
+            row = conn.execute(Q["renew_lease"], params).fetchone()
+            if row is None:
+                raise LeaseLost(f"lease on run {lease.run_id!r} (fence {lease.fence}) was taken over")
+            return Lease(lease.run_id, lease.owner, lease.fence, row[0])
+
+        return self._run(op)
+
+    def release_lease(self, lease: Lease) -> None:
+        params = {"run_id": lease.run_id, "fence": lease.fence}
+        self._run(lambda conn, _: conn.execute(Q["release_lease"], params))
+
+    def lease_of(self, run_id: str) -> Lease | None:
+        check_run_id(run_id)
+        row = self._run(lambda conn, _: conn.execute(Q["lease_of"], {"run_id": run_id}).fetchone())
+        return Lease(run_id, row[0], row[1], row[2]) if row is not None else None
+
+    # ------------------------------------------------------------------ claiming
+
+    def submit(self, task: str, run_id: str | None = None, *, agent: str | None = None) -> str:
+        if run_id is None:
+            import uuid
+
+            run_id = f"run-{uuid.uuid4().hex[:12]}"
+        check_run_id(run_id)
+        params = {"run_id": run_id, "task": task, "agent": agent}
+
+        def op(conn: Conn, _: bool) -> None:
+            if conn.execute(Q["submit"], params).fetchone() is None:
+                row = conn.execute(Q["run_task"], {"run_id": run_id}).fetchone()
+                held = str(row[0]) if row else ""
+                raise TaskMismatch(
+                    f"run {run_id!r} already exists with task {held[:80]!r}; submit the same task or use another run id"
+                )
+
+        self._run(op)
+        return run_id
+
+    def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
+        params = {"owner": owner, "ttl": float(ttl), "agent": agent, "limit": int(limit)}
+        rows = self._run(lambda conn, _: conn.execute(Q["claim_runnable"], params).fetchall())
+        return [
+            ClaimedRun(run_id, task, claimed_for, Lease(run_id, owner, fence, expires))
+            for run_id, task, claimed_for, fence, expires in rows
+        ]
+
+
+def _scalar(row: tuple[Any, ...] | None) -> Any:
+    return row[0] if row is not None else None
+
+
+def _ledger_params(entry: LedgerEntry, fence: int | None) -> dict[str, Any]:
+    row = ledger_to_row(entry, dumps)
+    params = dict(zip((*_LEDGER_FIELDS, *_LEDGER_TIMES), row, strict=True))
+    params["fence"] = fence
+    return params
+
+
+def _ledger_json(entries: Sequence[LedgerEntry]) -> str:
+    # One row per key (the last wins): ON CONFLICT cannot touch one row twice in a statement.
+    by_key = {entry.key: _ledger_params(entry, None) for entry in entries}
+    for params in by_key.values():
+        del params["fence"]
+    return json.dumps(list(by_key.values()), ensure_ascii=False, allow_nan=False)

@@ -1,0 +1,47 @@
+-- unbroken's PostgreSQL schema as of the latest migration, for a fresh schema in one step.
+-- A test checks that it equals what applying every file in migrations/ in order produces:
+-- change both together.
+CREATE TABLE unbroken_runs (
+    run_id        text PRIMARY KEY,
+    task          text,
+    phase         text,
+    turns         integer NOT NULL DEFAULT 0,
+    tokens_used   bigint  NOT NULL DEFAULT 0,
+    head_seq      bigint  NOT NULL DEFAULT 0,
+    updated_at    double precision,
+    fence         bigint  NOT NULL DEFAULT 0,
+    owner         text,
+    lease_expires timestamptz,
+    agent         text,
+    submitted_at  timestamptz
+);
+CREATE INDEX unbroken_runs_runnable ON unbroken_runs (submitted_at, run_id)
+    WHERE submitted_at IS NOT NULL
+      AND (phase IS NULL OR phase NOT IN ('completed', 'max_turns', 'failed', 'paused'));
+CREATE INDEX unbroken_runs_updated ON unbroken_runs (updated_at DESC) WHERE head_seq > 0;
+
+-- The append-only log: one row per save point, written once, never updated.
+CREATE TABLE unbroken_records (
+    run_id   text    NOT NULL,
+    seq      bigint  NOT NULL,
+    label    text    NOT NULL,
+    snapshot boolean NOT NULL,
+    body     text    NOT NULL,
+    checksum text    NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+
+-- The effect ledger: one row per idempotency key.
+CREATE TABLE unbroken_effects (
+    key        text PRIMARY KEY,
+    run_id     text NOT NULL,
+    call_id    text NOT NULL,
+    tool       text NOT NULL,
+    args_hash  text NOT NULL,
+    status     text NOT NULL,
+    attempts   integer NOT NULL,
+    result     text,
+    created_at double precision NOT NULL,
+    updated_at double precision NOT NULL
+);
+CREATE INDEX unbroken_effects_run ON unbroken_effects (run_id, created_at);

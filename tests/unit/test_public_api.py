@@ -1,0 +1,47 @@
+"""The public API is pinned: adding or removing a name is a deliberate act."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import unbroken
+
+PUBLIC = {
+    "SCHEMA_VERSION", "Agent", "ConcurrentSave", "ConfigError", "CorruptCheckpoint", "EffectLedger", "Found",
+    "IdempotencyConflict", "IncompatibleSchema", "InvalidRunId", "InvalidStoreURL", "Lease", "LeaseError",
+    "LeaseHeld", "LeaseLost", "LedgerEntry", "Migrations", "Model", "ModelCallFailed", "ModelTurn", "NotExecuted",
+    "NotJSONValue", "ProposedCall", "RunNotFound", "RunResult", "RunState", "RunSummary", "SaveInfo",
+    "ScriptedModel", "StateError", "Store", "StoreError", "StoreUnavailable", "TaskMismatch", "Tool", "ToolCall",
+    "ToolDefinitionError", "ToolResult", "ToolSpec", "UnbrokenError", "Unknown", "Unsupported",
+    "__version__", "effect_from_mcp", "open_store", "resolve_call", "tool",
+}  # fmt: skip
+
+
+def test_all_is_exactly_the_public_api() -> None:
+    assert set(unbroken.__all__) == PUBLIC
+    for name in unbroken.__all__:
+        assert hasattr(unbroken, name), name
+
+
+def test_the_issue_names_are_public() -> None:
+    for name in ("Agent", "tool", "open_store", "ScriptedModel"):
+        assert name in unbroken.__all__
+    assert callable(unbroken.Agent.run) and callable(unbroken.Agent.arun)
+
+
+def test_every_error_is_an_unbroken_error() -> None:
+    errors = [getattr(unbroken, name) for name in unbroken.__all__ if name.endswith(("Error", "Lost", "Held"))]
+    errors += [unbroken.RunNotFound, unbroken.CorruptCheckpoint, unbroken.IncompatibleSchema, unbroken.TaskMismatch]
+    for error in errors:
+        assert issubclass(error, unbroken.UnbrokenError), error
+
+
+def test_importing_unbroken_loads_no_sdk_driver_or_cli_library() -> None:
+    code = (
+        "import sys, unbroken\n"
+        "heavy = [m for m in ('anthropic', 'openai', 'psycopg', 'click', 'rich', 'httpx2') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ""
