@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CorruptCheckpoint, IncompatibleSchema, NotJSONValue
-from .state import SCHEMA_VERSION, JSONValue, LedgerEntry, RunState, RunSummary, SaveInfo
+from .state import PHASES, SCHEMA_VERSION, JSONValue, LedgerEntry, RunState, RunSummary, SaveInfo
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """A single save record larger than this is refused before it is parsed."""
@@ -96,8 +96,9 @@ def canonical_hash(value: JSONValue) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def checksum(body: str) -> str:
-    return f"{zlib.crc32(body.encode()):08x}"
+def checksum(body: str | bytes) -> str:
+    """CRC-32 of a record's UTF-8 bytes, as 8 hex digits."""
+    return f"{zlib.crc32(body.encode() if isinstance(body, str) else body):08x}"
 
 
 # --------------------------------------------------------------------------- records
@@ -122,11 +123,16 @@ class EncodedSave:
 
 @dataclass(frozen=True)
 class StoredRecord:
-    """A save record as a store returns it."""
+    """A save record as a store returns it. ``body`` is the text the store was given, or its
+    UTF-8 bytes when a store's raw read path spares the decode (``Store.read_raw_records``)."""
 
     seq: int
-    body: str
+    body: str | bytes
     checksum: str
+
+
+def _text(body: str | bytes) -> str:
+    return body if isinstance(body, str) else body.decode("utf-8")
 
 
 class Encoder:
@@ -146,9 +152,12 @@ class Encoder:
         self._pending: dict[str, str] | None = None
 
     @staticmethod
-    def _field_texts(state: RunState) -> dict[str, str]:
+    def _field_texts(state: RunState, previous: dict[str, str] | None = None) -> dict[str, str]:
         # Runs at every save over ~20 fields, mostly scalars: the scalar branches give the
         # text ``_dumps`` would, without its per-call set-up (the benchmark's hot path).
+        # Containers are encoded by the C encoder (which refuses NaN and foreign objects) and
+        # walked by ``ensure_json`` (which also refuses tuples and non-str keys, and names the
+        # path) only when their text differs from the saved one: unchanged text writes nothing.
         texts: dict[str, str] = {}
         for key, value in state.small_fields().items():
             kind = type(value)
@@ -163,8 +172,14 @@ class Encoder:
             elif not value and (kind is dict or kind is list):
                 texts[key] = "{}" if kind is dict else "[]"
             else:
-                ensure_json(value, key)
-                texts[key] = _dumps(value)
+                try:
+                    text = _dumps(value)
+                except (TypeError, ValueError, RecursionError):
+                    ensure_json(value, key)
+                    raise NotJSONValue(key, value, "it cannot be encoded as JSON") from None
+                if previous is None or previous.get(key) != text:
+                    ensure_json(value, key)
+                texts[key] = text
         return texts
 
     def prime(self, state: RunState) -> None:
@@ -183,7 +198,7 @@ class Encoder:
     ) -> EncodedSave:
         """Encode the next save of ``state``. ``state.save_seq`` must already be the new seq.
         Raises ``NotJSONValue`` (naming the path) before anything is written."""
-        texts = self._field_texts(state)
+        texts = self._field_texts(state, self._saved_fields)
         new_messages = state.messages[self._saved_messages :]
         for index, message in enumerate(new_messages, start=self._saved_messages):
             ensure_json(message, f"messages[{index}]")
@@ -398,7 +413,11 @@ def _decode(run_id: str, records: Iterable[StoredRecord], recover: bool, migrati
         and all(checksum(r.body) == r.checksum for r in records)
     ):
         try:
-            fast = json.loads("[" + ",".join(r.body for r in records) + "]")
+            if all(isinstance(r.body, bytes) for r in records):
+                # Bytes (a store's raw path): join without widening, decode once in json.loads.
+                fast = json.loads(b"[" + b",".join(r.body for r in records) + b"]")  # type: ignore[misc]
+            else:
+                fast = json.loads("[" + ",".join(_text(r.body) for r in records) + "]")
         except (ValueError, RecursionError):
             fast = None
         if fast is not None and len(fast) == len(records):
@@ -482,6 +501,7 @@ def _fold(
     missing = [name for name in _REQUIRED_FIELDS if name not in fields]
     if missing:
         raise ValueError(f"fields missing: {', '.join(missing)}")
+    _check_field_types(fields)
     if fields["message_count"] != len(messages):
         raise ValueError(f"state says {fields['message_count']} messages, records hold {len(messages)}")
     if fields["run_id"] != run_id:
@@ -500,6 +520,30 @@ def _fold(
         problem=problem,
         migrated_from=migrated_from,
     )
+
+
+_INT_FIELDS = ("schema_version", "save_seq", "turns", "tokens_used", "message_count")
+
+
+def _check_field_types(fields: dict[str, JSONValue]) -> None:
+    """A record can pass its checksum and still hold nonsense (written by hand, or by a bug):
+    refuse a state whose counters, phase or containers have the wrong type."""
+    for name in _INT_FIELDS:
+        value = fields.get(name)
+        if type(value) is not int or value < 0:
+            raise ValueError(f"field {name} is {value!r}, not a non-negative integer")
+    if fields.get("phase") not in PHASES:
+        raise ValueError(f"field phase is {fields.get('phase')!r}, not one of {', '.join(PHASES)}")
+    for name in ("run_id", "task"):
+        if type(fields.get(name)) is not str:
+            raise ValueError(f"field {name} is not a string")
+    for name, kind in (("business_state", dict), ("pending_calls", list), ("results", dict), ("usage", dict)):
+        if name in fields and type(fields[name]) is not kind:
+            raise ValueError(f"field {name} is a {type(fields[name]).__name__}, not a {kind.__name__}")
+    for name in ("created_at", "updated_at"):
+        value = fields.get(name)
+        if type(value) not in (int, float):
+            raise ValueError(f"field {name} is {value!r}, not a number")
 
 
 def peek_version(record: StoredRecord) -> int | None:

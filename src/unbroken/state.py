@@ -286,6 +286,20 @@ MAX_RUN_ID_LENGTH = 200
 def check_run_id(run_id: object) -> str:
     """Return ``run_id`` if it is a safe name (usable as a file name, a SQL value and a URL
     segment), else raise ``InvalidRunId`` saying what is wrong."""
+    if type(run_id) is str and run_id in _CHECKED_RUN_IDS:
+        return run_id
+    checked = _check_run_id(run_id)
+    if len(_CHECKED_RUN_IDS) < 4096:  # bounded: a cache of names already judged safe
+        _CHECKED_RUN_IDS.add(checked)
+    return checked
+
+
+_CHECKED_RUN_IDS: set[str] = set()
+
+
+def _check_run_id(run_id: object) -> str:
+    """Return ``run_id`` if it is a safe name (usable as a file name, a SQL value and a URL
+    segment), else raise ``InvalidRunId`` saying what is wrong."""
     from .errors import InvalidRunId
 
     if not isinstance(run_id, str):

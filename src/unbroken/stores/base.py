@@ -151,9 +151,14 @@ class Store(ABC):
 
     # ------------------------------------------------------------------ derived
 
+    def read_raw_records(self, run_id: str) -> list[StoredRecord]:
+        """``read_records`` for the loader: a backend may return bodies as UTF-8 bytes here to
+        spare a decode on resume. Defaults to ``read_records``."""
+        return self.read_records(run_id)
+
     def decode(self, run_id: str, *, recover: bool = False, migrations: Migrations = MIGRATIONS) -> Decoded:
         """Read and fold the run's records (see ``codec.decode``)."""
-        return decode(run_id, self.read_records(run_id), recover=recover, migrations=migrations)
+        return decode(run_id, self.read_raw_records(run_id), recover=recover, migrations=migrations)
 
     def load(self, run_id: str, *, recover: bool = False) -> RunState:
         """The run's state at its last save point. Raises ``RunNotFound``, ``CorruptCheckpoint``
