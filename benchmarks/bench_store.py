@@ -1,8 +1,8 @@
 """unbroken's own save path, bytes on disk and resume, per store; and the bare-commit floor.
 
-The turns are driven through the runner's real ``_Session`` (``record_turn`` makes save point
+The turns are driven through the runner's real ``RunSession`` (``record_turn`` makes save point
 A with the assistant message and the pending call, ``record_result`` save point B with the
-tool result), and each call of ``_Session.save`` is timed: exactly ``Encoder.encode`` +
+tool result), and each call of ``RunSession.save`` is timed: exactly ``Encoder.encode`` +
 ``Store.append`` with ``expect_seq`` and the lease's fence + ``Encoder.committed``. The turn
 bookkeeping around it (and no model, no tool) is outside the timed region.
 """
@@ -20,7 +20,7 @@ from measure import SaveTimes, files_bytes, interleaved_medians
 from unbroken import Agent, ScriptedModel, open_store, tool
 from unbroken.leases import Heartbeat
 from unbroken.model import ModelTurn, ProposedCall
-from unbroken.runner import _Session
+from unbroken.session import RunSession
 from unbroken.state import LedgerEntry, ToolResult
 from unbroken.stores.base import Store
 
@@ -85,10 +85,10 @@ class BareCommit:
 
 
 def drive_saves(store: Store, run_id: str, turns: int, after_each: Callable[[], None] | None = None) -> SaveTimes:
-    """Play ``turns`` turns through the runner's save points; time each ``_Session.save``."""
+    """Play ``turns`` turns through the runner's save points; time each ``RunSession.save``."""
     agent = Agent(model=ScriptedModel([]), tools=[read_ticket], store=store, lease_ttl=3600.0)
     lease = store.acquire_lease(run_id, agent.owner, 3600.0)
-    session = _Session(agent, run_id, lease, Heartbeat(store, lease, 3600.0))  # heartbeat thread never started
+    session = RunSession(agent, run_id, lease, Heartbeat(store, lease, 3600.0))  # heartbeat thread never started
     session.open(workload.TASK, None)
     times = SaveTimes()
     real_save = session.save

@@ -34,7 +34,9 @@ from .errors import (
 from .ledger import EffectLedger
 from .model import Model, ModelTurn, ProposedCall, ToolSpec
 from .providers.scripted import ScriptedModel
-from .runner import Agent, RunResult, resolve_call
+from .resolve import resolve_call
+from .runner import Agent
+from .session import RunResult
 from .state import SCHEMA_VERSION, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, ToolCall, ToolResult
 from .stores import open_store
 from .stores.base import Store

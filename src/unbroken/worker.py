@@ -23,7 +23,8 @@ from types import FrameType
 from typing import Any
 
 from .errors import ConfigError, LeaseError, RunInterrupted, UnbrokenError, Unsupported
-from .runner import Agent, RunResult
+from .runner import Agent
+from .session import RunResult
 from .stores.base import ClaimedRun, Store
 
 log = logging.getLogger("unbroken.worker")

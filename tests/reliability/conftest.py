@@ -6,13 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from reliability_agents import AGENT, TASK
 
 from unbroken import chaos
 from unbroken.codec import StoredRecord
-
-AGENT = str(Path(__file__).with_name("chaos_agent.py")) + ":make_agent"
-FORGETFUL_AGENT = str(Path(__file__).with_name("chaos_agent.py")) + ":make_forgetful_agent"
-TASK = "ship order 42"
 
 
 @pytest.fixture

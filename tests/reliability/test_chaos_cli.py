@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from click.testing import CliRunner
-from conftest import AGENT, FORGETFUL_AGENT, TASK
+from reliability_agents import AGENT, FORGETFUL_AGENT, TASK
 
 import unbroken.cli.chaos  # noqa: F401  (registers the command)
 from unbroken.cli import main

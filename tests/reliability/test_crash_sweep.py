@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FORGETFUL_AGENT, TASK
+from reliability_agents import FORGETFUL_AGENT, TASK
 
 from unbroken import chaos
 
@@ -51,12 +51,16 @@ def test_crash_points_cover_every_save_tool_and_store_write(
 
 
 @pytest.mark.parametrize("store_kind", STORE_KINDS)
+@pytest.mark.parametrize(
+    ("kills", "seed"),
+    [pytest.param(24, 4, id="24-kills"), pytest.param(300, 11, id="300-kills", marks=pytest.mark.slow)],
+)
 def test_random_sigkills_from_outside_break_no_invariant(
-    store_kind: str, agent_factory: chaos.AgentFactory, scratch: Path
+    store_kind: str, kills: int, seed: int, agent_factory: chaos.AgentFactory, scratch: Path
 ) -> None:
-    report = chaos.random_kills(agent_factory, TASK, store_kind=store_kind, workdir=scratch, kills=24, seed=4)
+    report = chaos.random_kills(agent_factory, TASK, store_kind=store_kind, workdir=scratch, kills=kills, seed=seed)
     assert report.ok, _explain(report)
-    assert report.kills >= 24 and report.corrupt_loads == 0
+    assert report.kills >= kills and report.corrupt_loads == 0
 
 
 def test_the_sweep_catches_a_side_effect_run_twice(scratch: Path) -> None:
@@ -74,13 +78,4 @@ def test_every_n_of_every_crash_point_breaks_no_invariant(
     store_kind: str, agent_factory: chaos.AgentFactory, scratch: Path
 ) -> None:
     report = chaos.sweep(agent_factory, TASK, store_kind=store_kind, workdir=scratch, per_label=None, rearm=3)
-    assert report.ok, _explain(report)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("store_kind", STORE_KINDS)
-def test_hundreds_of_random_sigkills_break_no_invariant(
-    store_kind: str, agent_factory: chaos.AgentFactory, scratch: Path
-) -> None:
-    report = chaos.random_kills(agent_factory, TASK, store_kind=store_kind, workdir=scratch, kills=300, seed=11)
     assert report.ok, _explain(report)

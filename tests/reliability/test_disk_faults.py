@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from chaos_agent import SERVICE_ENV, make_agent
-from conftest import TASK
+from reliability_agents import TASK
 
 from unbroken import LedgerEntry, RunState, Store, StoreUnavailable, open_store
 from unbroken.codec import Encoder, encode_full

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import AGENT, TASK
+from reliability_agents import AGENT, TASK
 
 from unbroken import open_store
 from unbroken.testing import faults

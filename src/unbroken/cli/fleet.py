@@ -8,7 +8,8 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 
 from ..errors import ConfigError
-from ..runner import Agent, RunResult
+from ..runner import Agent
+from ..session import RunResult
 from ..stores.base import Store
 from ..worker import Worker
 from ._app import friendly_errors, main, open_cli_store, store_option

@@ -480,13 +480,20 @@ def migrate_command(apply_changes: bool, store_url: str) -> None:
 @main.command("demo")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Use this (empty) directory.")
 @click.option("--keep", is_flag=True, help="Keep the temporary work dir (a --workdir is always kept).")
+@click.option(
+    "--live", is_flag=True, help="Use the real Anthropic/OpenAI API if an API key is set (else the scripted model)."
+)
 @friendly_errors
-def demo_command(workdir: Path | None, keep: bool) -> None:
+def demo_command(workdir: Path | None, keep: bool, live: bool) -> None:
     """Crash an agent run with SIGKILL, then resume it.
 
     Runs a ~30-turn scripted agent in a child process, kills it with SIGKILL right after it sent
     an email, resumes it in a new process and shows what happened. No network, no API key.
     Exits 1 if any of its checks fails."""
+    if live:
+        from ..demo.live import run_live_demo
+
+        sys.exit(run_live_demo(workdir, keep=keep, console=make_console()))
     from ..demo.crash_resume import run_demo
 
     sys.exit(run_demo(workdir, keep=keep, console=make_console()))

@@ -21,10 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m unbroken.demo.child")
     parser.add_argument("--workdir", required=True, type=Path, help="the demo's work dir (script.json, runs.db)")
     parser.add_argument("--run-id", default=RUN_ID)
+    parser.add_argument("--live", action="store_true", help="use the real API when an API key is set")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     try:
-        agent = build_agent(args.workdir)
+        agent = build_agent(args.workdir, live=args.live)
         result = agent.run(task_text(), run_id=args.run_id, business_state={"quarter": load_tickets()["quarter"]})
     except UnbrokenError as exc:
         print(f"error: {exc}", file=sys.stderr)

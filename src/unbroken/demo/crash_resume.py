@@ -52,7 +52,7 @@ class ChildRun:
         return data
 
 
-def run_child(workdir: Path, crash_at: str | None) -> ChildRun:
+def run_child(workdir: Path, crash_at: str | None, *, live: bool = False) -> ChildRun:
     """Run ``python -m unbroken.demo.child`` on ``workdir``; armed to crash when ``crash_at`` is set."""
     env = dict(os.environ)
     env.pop(CRASH_ENV_VAR, None)
@@ -62,7 +62,7 @@ def run_child(workdir: Path, crash_at: str | None) -> ChildRun:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     started = time.perf_counter()
     with subprocess.Popen(
-        [sys.executable, "-m", "unbroken.demo.child", "--workdir", str(workdir)],
+        [sys.executable, "-m", "unbroken.demo.child", "--workdir", str(workdir), *(["--live"] if live else [])],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -153,12 +153,21 @@ def store_url(workdir: Path) -> str:
     return f"sqlite:///{workdir.resolve() / STORE_FILE}"
 
 
-def build_agent(workdir: Path, store: Store | None = None) -> Agent:
-    """The demo agent: the scripted model in ``workdir/script.json``, the three tools, SQLite in ``workdir``."""
+def build_agent(workdir: Path, store: Store | None = None, *, live: bool = False) -> Agent:
+    """The demo agent: the scripted model in ``workdir/script.json``, the three tools, SQLite in
+    ``workdir``. With ``live``, the real Anthropic or OpenAI API when ``ANTHROPIC_API_KEY`` or
+    ``OPENAI_API_KEY`` is set (``unbroken.providers.from_env``), the scripted model otherwise."""
     from .. import ScriptedModel
 
+    scripted = ScriptedModel.from_file(workdir / SCRIPT_FILE)
+    if live:
+        from ..providers import from_env
+
+        model = from_env(fallback=scripted)
+    else:
+        model = scripted
     return Agent(
-        model=ScriptedModel.from_file(workdir / SCRIPT_FILE),
+        model=model,
         tools=build_tools(workdir),
         store=store if store is not None else open_store(store_url(workdir)),
         max_turns=40,

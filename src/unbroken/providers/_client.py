@@ -60,3 +60,9 @@ async def apost(create: Callable[..., Any], request: Mapping[str, Any]) -> dict[
 def int_field(mapping: Mapping[str, Any], key: str) -> int:
     value = mapping.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def usage_of(response: Mapping[str, Any]) -> dict[str, Any]:
+    """The response's ``usage`` object (a copy), or ``{}`` when it has none."""
+    usage = response.get("usage")
+    return dict(usage) if isinstance(usage, Mapping) else {}

@@ -18,25 +18,28 @@ Stop reasons:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..model import ModelTurn, ProposedCall, ToolSpec
-from ..state import JSONValue, ToolCall, ToolResult
+from ..model import ModelTurn, ToolSpec
+from ..state import JSONValue
 from . import _client
 from . import anthropic_format as fmt
+from ._base import SDKModel
 
 log = logging.getLogger("unbroken")
 
 
-class AnthropicModel:
+class AnthropicModel(SDKModel):
     """Drive a run with Claude. ``client`` is an ``anthropic.Anthropic`` (for ``Agent.run``, and
     in a worker thread for ``Agent.arun``) or an ``anthropic.AsyncAnthropic`` (``Agent.arun``
     only). ``request_options`` are passed to ``messages.create`` as given (``temperature``,
     ``tool_choice``, ``metadata``, ``extra_headers``, ...)."""
 
     provider = fmt.PROVIDER
+    history_format = fmt.HISTORY
+    adapter_name = "AnthropicModel"
 
     def __init__(
         self,
@@ -76,15 +79,9 @@ class AnthropicModel:
         request.update(self.request_options)
         return request
 
-    def complete(self, messages: Sequence[JSONValue], tools: Sequence[ToolSpec], system: str | None) -> ModelTurn:
-        create = self.client.messages.with_raw_response.create
-        return self.to_turn(_client.post(create, self.request(messages, tools, system), "AnthropicModel.complete"))
-
-    async def acomplete(
-        self, messages: Sequence[JSONValue], tools: Sequence[ToolSpec], system: str | None
-    ) -> ModelTurn:
-        create = self.client.messages.with_raw_response.create
-        return self.to_turn(await _client.apost(create, self.request(messages, tools, system)))
+    def _create(self) -> Callable[..., Any]:
+        create: Callable[..., Any] = self.client.messages.with_raw_response.create
+        return create
 
     # ------------------------------------------------------------------ responses
 
@@ -94,8 +91,7 @@ class AnthropicModel:
         if not isinstance(content, list):
             raise ValueError(f"the response has no content list (type {response.get('type')!r})")
         stop_reason = response.get("stop_reason")
-        usage = response.get("usage")
-        usage = dict(usage) if isinstance(usage, Mapping) else {}
+        usage = _client.usage_of(response)
         calls = fmt.tool_calls(content)
         last = content[-1] if content else None
         if (
@@ -120,29 +116,11 @@ class AnthropicModel:
             log.warning("Anthropic answer stopped with %r", stop_reason)
         if stop_reason == "refusal" and not text:
             text = "(the model refused to answer)"
-        return ModelTurn(
-            messages=[{"role": "assistant", "content": content}],
-            tool_calls=calls,
-            usage=usage,
-            tokens=fmt.tokens_of(usage),
+        return fmt.assistant_turn(
+            content,
+            calls,
+            usage,
             stop_reason=stop_reason if isinstance(stop_reason, str) else None,
             text=text,
             done=done,
         )
-
-    # ------------------------------------------------------------------ history rules
-
-    def start_messages(self, task: str) -> list[JSONValue]:
-        return fmt.start_messages(task)
-
-    def tool_result_messages(self, calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> list[JSONValue]:
-        return fmt.tool_result_messages(calls, results)
-
-    def dangling_call_ids(self, messages: Sequence[JSONValue]) -> list[str]:
-        return fmt.dangling_call_ids(messages)
-
-    def find_calls(self, messages: Sequence[JSONValue], call_ids: Sequence[str]) -> list[ProposedCall]:
-        return fmt.find_calls(messages, call_ids)
-
-    def turn_starts(self, messages: Sequence[JSONValue]) -> list[int]:
-        return fmt.turn_starts(messages)

@@ -11,15 +11,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..model import ProposedCall
+from ..model import ModelTurn, ProposedCall
 from ..state import JSONValue, ToolCall, ToolResult
+from ._history import (
+    HistoryFormat,
+    assistant_messages,
+    assistant_turn_starts,
+    pick_calls,
+    start_messages,
+    unanswered_calls,
+)
 
 PROVIDER = "anthropic"
 FINAL_STOP_REASONS = frozenset({"end_turn", "stop_sequence", "refusal", None})
-
-
-def start_messages(task: str) -> list[JSONValue]:
-    return [{"role": "user", "content": task}]
 
 
 def tool_calls(content: Sequence[Any]) -> list[ProposedCall]:
@@ -54,6 +58,27 @@ def tokens_of(usage: Mapping[str, Any]) -> int:
     return total
 
 
+def assistant_turn(
+    content: list[Any],
+    calls: list[ProposedCall],
+    usage: dict[str, Any],
+    *,
+    stop_reason: str | None,
+    text: str,
+    done: bool,
+) -> ModelTurn:
+    """The turn an answer's ``content`` makes: kept whole as one assistant message."""
+    return ModelTurn(
+        messages=[{"role": "assistant", "content": content}],
+        tool_calls=calls,
+        usage=usage,
+        tokens=tokens_of(usage),
+        stop_reason=stop_reason,
+        text=text,
+        done=done,
+    )
+
+
 def tool_result_messages(calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> list[JSONValue]:
     blocks: list[JSONValue] = []
     for call, result in zip(calls, results, strict=True):
@@ -64,59 +89,53 @@ def tool_result_messages(calls: Sequence[ToolCall], results: Sequence[ToolResult
     return [{"role": "user", "content": blocks}]
 
 
+def _tool_use_ids(message: Mapping[str, Any]) -> list[str]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [str(b.get("id")) for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"]
+
+
+def _tool_result_ids(reply: Mapping[str, Any]) -> list[str]:
+    blocks = reply.get("content")
+    if not isinstance(blocks, list):
+        return []
+    return [str(b.get("tool_use_id")) for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_result"]
+
+
 def dangling_call_ids(messages: Sequence[JSONValue]) -> list[str]:
     """tool_use ids not answered by a tool_result in the user turn right after their assistant
     message (consecutive user messages count as one turn: the API merges them)."""
-    dangling: list[str] = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping) or message.get("role") != "assistant":
-            continue
-        content = message.get("content")
-        if not isinstance(content, list):
-            continue
-        wanted = [str(b.get("id")) for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"]
-        if not wanted:
-            continue
-        answered: set[str] = set()
-        following = index + 1
-        while following < len(messages):
-            reply = messages[following]
-            if not isinstance(reply, Mapping) or reply.get("role") != "user":
-                break
-            blocks = reply.get("content")
-            if isinstance(blocks, list):
-                answered.update(
-                    str(b.get("tool_use_id"))
-                    for b in blocks
-                    if isinstance(b, Mapping) and b.get("type") == "tool_result"
-                )
-            following += 1
-        dangling.extend(call_id for call_id in wanted if call_id not in answered)
-    return dangling
+    return unanswered_calls(messages, calls_in=_tool_use_ids, reply_role="user", answers_in=_tool_result_ids)
 
 
 def find_calls(messages: Sequence[JSONValue], call_ids: Sequence[str]) -> list[ProposedCall]:
     """The tool calls with these ids, read back from the assistant messages (in ``call_ids`` order)."""
-    found: dict[str, ProposedCall] = {}
-    for message in messages:
-        if isinstance(message, Mapping) and message.get("role") == "assistant":
-            content = message.get("content")
-            if isinstance(content, list):
-                found.update((call.id, call) for call in tool_calls(content))
-    return [found[call_id] for call_id in call_ids if call_id in found]
+    contents = (message.get("content") for message in assistant_messages(messages))
+    return pick_calls(
+        (call for content in contents if isinstance(content, list) for call in tool_calls(content)), call_ids
+    )
 
 
 def turn_starts(messages: Sequence[JSONValue]) -> list[int]:
     """Indices where an assistant turn begins after a user turn: the only places a history may be
     cut without separating a tool_use from its tool_result."""
-    starts = []
-    for index in range(1, len(messages)):
-        here, before = messages[index], messages[index - 1]
-        if (
-            isinstance(here, Mapping)
-            and here.get("role") == "assistant"
-            and isinstance(before, Mapping)
-            and before.get("role") == "user"
-        ):
-            starts.append(index)
-    return starts
+    return assistant_turn_starts(messages, ("user",))
+
+
+HISTORY = HistoryFormat(PROVIDER, start_messages, tool_result_messages, dangling_call_ids, find_calls, turn_starts)
+
+__all__ = [
+    "FINAL_STOP_REASONS",
+    "HISTORY",
+    "PROVIDER",
+    "assistant_turn",
+    "dangling_call_ids",
+    "find_calls",
+    "start_messages",
+    "text_of",
+    "tokens_of",
+    "tool_calls",
+    "tool_result_messages",
+    "turn_starts",
+]

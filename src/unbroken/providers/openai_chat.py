@@ -13,19 +13,20 @@ finishes the run with the refusal as its output.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from ..model import ModelTurn, ProposedCall, ToolSpec
-from ..state import JSONValue, ToolCall, ToolResult
+from ..state import JSONValue
 from . import _client
 from . import openai_format as fmt
+from ._base import SDKModel
 
 log = logging.getLogger("unbroken")
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(SDKModel):
     """Drive a run with Chat Completions. ``client`` is an ``openai.OpenAI`` (``Agent.run``, and
     in a worker thread ``Agent.arun``) or an ``openai.AsyncOpenAI`` (``Agent.arun`` only).
     The agent's ``system`` prompt is sent as the first message with ``system_role`` (``"system"``
@@ -33,6 +34,8 @@ class OpenAIChatModel:
     ``chat.completions.create`` as given (``max_completion_tokens``, ``reasoning_effort``, ...)."""
 
     provider = fmt.CHAT
+    history_format = fmt.CHAT_HISTORY
+    adapter_name = "OpenAIChatModel"
 
     def __init__(
         self,
@@ -67,15 +70,9 @@ class OpenAIChatModel:
         request.update(self.request_options)
         return request
 
-    def complete(self, messages: Sequence[JSONValue], tools: Sequence[ToolSpec], system: str | None) -> ModelTurn:
-        create = self.client.chat.completions.with_raw_response.create
-        return self.to_turn(_client.post(create, self.request(messages, tools, system), "OpenAIChatModel.complete"))
-
-    async def acomplete(
-        self, messages: Sequence[JSONValue], tools: Sequence[ToolSpec], system: str | None
-    ) -> ModelTurn:
-        create = self.client.chat.completions.with_raw_response.create
-        return self.to_turn(await _client.apost(create, self.request(messages, tools, system)))
+    def _create(self) -> Callable[..., Any]:
+        create: Callable[..., Any] = self.client.chat.completions.with_raw_response.create
+        return create
 
     def to_turn(self, response: Mapping[str, Any]) -> ModelTurn:
         """A Chat Completions response body (JSON) as a ``ModelTurn``; the message is kept whole."""
@@ -85,8 +82,7 @@ class OpenAIChatModel:
         if not isinstance(message, Mapping):
             raise ValueError("the response has no choices[0].message")
         finish_reason = choice.get("finish_reason") if isinstance(choice, Mapping) else None
-        usage = response.get("usage")
-        usage = dict(usage) if isinstance(usage, Mapping) else {}
+        usage = _client.usage_of(response)
         calls: list[ProposedCall] = fmt.chat_tool_calls(message)
         if finish_reason == "length" and calls and calls[-1].error is None:
             calls[-1] = replace(calls[-1], error="the answer was cut off at the token limit inside this call")
@@ -101,18 +97,3 @@ class OpenAIChatModel:
             text=fmt.chat_text(message),
             done=not calls,
         )
-
-    def start_messages(self, task: str) -> list[JSONValue]:
-        return fmt.start_messages(task)
-
-    def tool_result_messages(self, calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> list[JSONValue]:
-        return fmt.chat_tool_result_messages(calls, results)
-
-    def dangling_call_ids(self, messages: Sequence[JSONValue]) -> list[str]:
-        return fmt.chat_dangling_call_ids(messages)
-
-    def find_calls(self, messages: Sequence[JSONValue], call_ids: Sequence[str]) -> list[ProposedCall]:
-        return fmt.chat_find_calls(messages, call_ids)
-
-    def turn_starts(self, messages: Sequence[JSONValue]) -> list[int]:
-        return fmt.chat_turn_starts(messages)

@@ -12,7 +12,7 @@ becomes a ``ProposedCall`` with ``error`` set, which the runner answers without 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..codec import ensure_json
@@ -20,6 +20,14 @@ from ..errors import NotJSONValue
 from ..model import ProposedCall
 from ..state import JSONValue, ToolCall, ToolResult
 from ._client import int_field
+from ._history import (
+    HistoryFormat,
+    assistant_messages,
+    assistant_turn_starts,
+    pick_calls,
+    start_messages,
+    unanswered_calls,
+)
 
 CHAT = "openai-chat"
 RESPONSES = "openai-responses"
@@ -46,15 +54,21 @@ def parse_arguments(arguments: object) -> tuple[dict[str, JSONValue], str | None
     return value, None
 
 
-def start_messages(task: str) -> list[JSONValue]:
-    return [{"role": "user", "content": task}]
-
-
 def error_text(result: ToolResult) -> str:
     """Neither API has an error flag on tool results: a failure is said in the text."""
     if not result.is_error or result.content.startswith("Error"):
         return result.content
     return f"Error: {result.content}"
+
+
+def _answers(calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> Iterator[tuple[str, str]]:
+    """(call id, result text) for each call, in order."""
+    return ((call.id, error_text(result)) for call, result in zip(calls, results, strict=True))
+
+
+def _tokens(usage: Mapping[str, Any], prompt: str, completion: str) -> int:
+    """The reported total, else the sum of its two parts."""
+    return int_field(usage, "total_tokens") or int_field(usage, prompt) + int_field(usage, completion)
 
 
 # --------------------------------------------------------------------------- Chat Completions
@@ -93,57 +107,30 @@ def chat_text(message: Mapping[str, Any]) -> str:
 
 def chat_tokens(usage: Mapping[str, Any]) -> int:
     # cached_tokens are a part of prompt_tokens, so they are not added again
-    total = int_field(usage, "total_tokens")
-    return total or int_field(usage, "prompt_tokens") + int_field(usage, "completion_tokens")
+    return _tokens(usage, "prompt_tokens", "completion_tokens")
 
 
 def chat_tool_result_messages(calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> list[JSONValue]:
-    return [
-        {"role": "tool", "tool_call_id": call.id, "content": error_text(result)}
-        for call, result in zip(calls, results, strict=True)
-    ]
+    return [{"role": "tool", "tool_call_id": call_id, "content": text} for call_id, text in _answers(calls, results)]
 
 
 def chat_dangling_call_ids(messages: Sequence[JSONValue]) -> list[str]:
     """Ids of ``tool_calls`` not answered by the ``role: "tool"`` messages right after them."""
-    dangling: list[str] = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping) or message.get("role") != "assistant":
-            continue
-        wanted = [str(c.get("id")) for c in message.get("tool_calls") or [] if isinstance(c, Mapping)]
-        if not wanted:
-            continue
-        answered: set[str] = set()
-        following = index + 1
-        while following < len(messages):
-            reply = messages[following]
-            if not isinstance(reply, Mapping) or reply.get("role") != "tool":
-                break
-            answered.add(str(reply.get("tool_call_id")))
-            following += 1
-        dangling.extend(call_id for call_id in wanted if call_id not in answered)
-    return dangling
+    return unanswered_calls(
+        messages,
+        calls_in=lambda message: [str(c.get("id")) for c in message.get("tool_calls") or [] if isinstance(c, Mapping)],
+        reply_role="tool",
+        answers_in=lambda reply: [str(reply.get("tool_call_id"))],
+    )
 
 
 def chat_find_calls(messages: Sequence[JSONValue], call_ids: Sequence[str]) -> list[ProposedCall]:
-    found: dict[str, ProposedCall] = {}
-    for message in messages:
-        if isinstance(message, Mapping) and message.get("role") == "assistant":
-            found.update((call.id, call) for call in chat_tool_calls(message))
-    return [found[call_id] for call_id in call_ids if call_id in found]
+    return pick_calls((call for message in assistant_messages(messages) for call in chat_tool_calls(message)), call_ids)
 
 
 def chat_turn_starts(messages: Sequence[JSONValue]) -> list[int]:
     """Indices of assistant messages that follow a user or tool message."""
-    return [
-        index
-        for index in range(1, len(messages))
-        if _role(messages[index]) == "assistant" and _role(messages[index - 1]) in ("user", "tool")
-    ]
-
-
-def _role(message: JSONValue) -> object:
-    return message.get("role") if isinstance(message, Mapping) else None
+    return assistant_turn_starts(messages, ("user", "tool"))
 
 
 # --------------------------------------------------------------------------- Responses
@@ -215,14 +202,13 @@ def responses_text(items: Sequence[JSONValue]) -> str:
 
 def responses_tokens(usage: Mapping[str, Any]) -> int:
     # input_tokens already include the cached ones; output_tokens include reasoning tokens
-    total = int_field(usage, "total_tokens")
-    return total or int_field(usage, "input_tokens") + int_field(usage, "output_tokens")
+    return _tokens(usage, "input_tokens", "output_tokens")
 
 
 def responses_tool_result_messages(calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> list[JSONValue]:
     return [
-        {"type": "function_call_output", "call_id": call.id, "output": error_text(result)}
-        for call, result in zip(calls, results, strict=True)
+        {"type": "function_call_output", "call_id": call_id, "output": text}
+        for call_id, text in _answers(calls, results)
     ]
 
 
@@ -243,8 +229,7 @@ def responses_dangling_call_ids(items: Sequence[JSONValue]) -> list[str]:
 
 
 def responses_find_calls(items: Sequence[JSONValue], call_ids: Sequence[str]) -> list[ProposedCall]:
-    found = {call.id: call for call in responses_tool_calls(items)}
-    return [found[call_id] for call_id in call_ids if call_id in found]
+    return pick_calls(responses_tool_calls(items), call_ids)
 
 
 def responses_turn_starts(items: Sequence[JSONValue]) -> list[int]:
@@ -252,3 +237,16 @@ def responses_turn_starts(items: Sequence[JSONValue]) -> list[int]:
     return [
         index for index in range(1, len(items)) if is_output_item(items[index]) and not is_output_item(items[index - 1])
     ]
+
+
+CHAT_HISTORY = HistoryFormat(
+    CHAT, start_messages, chat_tool_result_messages, chat_dangling_call_ids, chat_find_calls, chat_turn_starts
+)
+RESPONSES_HISTORY = HistoryFormat(
+    RESPONSES,
+    start_messages,
+    responses_tool_result_messages,
+    responses_dangling_call_ids,
+    responses_find_calls,
+    responses_turn_starts,
+)

@@ -18,24 +18,27 @@ never executed; an ``incomplete`` answer finishes the run with the text it has.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..model import ModelTurn, ProposedCall, ToolSpec
-from ..state import JSONValue, ToolCall, ToolResult
+from ..model import ModelTurn, ToolSpec
+from ..state import JSONValue
 from . import _client
 from . import openai_format as fmt
+from ._base import SDKModel
 
 log = logging.getLogger("unbroken")
 
 
-class OpenAIResponsesModel:
+class OpenAIResponsesModel(SDKModel):
     """Drive a run with the Responses API. ``client`` is an ``openai.OpenAI`` (``Agent.run``, and
     in a worker thread ``Agent.arun``) or an ``openai.AsyncOpenAI`` (``Agent.arun`` only). The
     agent's ``system`` prompt is sent as ``instructions``. ``request_options`` go to
     ``responses.create`` as given (``reasoning``, ``max_output_tokens``, ...)."""
 
     provider = fmt.RESPONSES
+    history_format = fmt.RESPONSES_HISTORY
+    adapter_name = "OpenAIResponsesModel"
 
     def __init__(
         self,
@@ -76,16 +79,9 @@ class OpenAIResponsesModel:
         request.update(self.request_options)
         return request
 
-    def complete(self, messages: Sequence[JSONValue], tools: Sequence[ToolSpec], system: str | None) -> ModelTurn:
-        create = self.client.responses.with_raw_response.create
-        request = self.request(messages, tools, system)
-        return self.to_turn(_client.post(create, request, "OpenAIResponsesModel.complete"))
-
-    async def acomplete(
-        self, messages: Sequence[JSONValue], tools: Sequence[ToolSpec], system: str | None
-    ) -> ModelTurn:
-        create = self.client.responses.with_raw_response.create
-        return self.to_turn(await _client.apost(create, self.request(messages, tools, system)))
+    def _create(self) -> Callable[..., Any]:
+        create: Callable[..., Any] = self.client.responses.with_raw_response.create
+        return create
 
     def to_turn(self, response: Mapping[str, Any]) -> ModelTurn:
         """A Responses API body (JSON) as a ``ModelTurn``; every output item is kept whole."""
@@ -96,8 +92,7 @@ class OpenAIResponsesModel:
         error = response.get("error")
         if status == "failed":
             raise ValueError(f"the response failed: {error!r}")
-        usage = response.get("usage")
-        usage = dict(usage) if isinstance(usage, Mapping) else {}
+        usage = _client.usage_of(response)
         calls = fmt.responses_tool_calls(output)
         stop_reason = status if isinstance(status, str) else None
         if status == "incomplete":
@@ -114,18 +109,3 @@ class OpenAIResponsesModel:
             text=fmt.responses_text(output),
             done=not calls,
         )
-
-    def start_messages(self, task: str) -> list[JSONValue]:
-        return fmt.start_messages(task)
-
-    def tool_result_messages(self, calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> list[JSONValue]:
-        return fmt.responses_tool_result_messages(calls, results)
-
-    def dangling_call_ids(self, messages: Sequence[JSONValue]) -> list[str]:
-        return fmt.responses_dangling_call_ids(messages)
-
-    def find_calls(self, messages: Sequence[JSONValue], call_ids: Sequence[str]) -> list[ProposedCall]:
-        return fmt.responses_find_calls(messages, call_ids)
-
-    def turn_starts(self, messages: Sequence[JSONValue]) -> list[int]:
-        return fmt.responses_turn_starts(messages)

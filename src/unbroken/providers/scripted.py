@@ -13,20 +13,22 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..model import ModelTurn, ProposedCall, ToolSpec
-from ..state import JSONValue, ToolCall, ToolResult
+from ..model import ModelTurn, ToolSpec
+from ..state import JSONValue
 from . import anthropic_format as fmt
+from ._base import FormatModel
 
 
 class ScriptExhausted(RuntimeError):
     """The script has no answer for this many assistant turns."""
 
 
-class ScriptedModel:
+class ScriptedModel(FormatModel):
     """Plays ``responses`` in order. Each response is ``{"content": [blocks...],
     "stop_reason": ..., "usage": {...}}`` as the Anthropic Messages API returns it."""
 
     provider = fmt.PROVIDER
+    history_format = fmt.HISTORY
 
     def __init__(self, responses: Sequence[Mapping[str, Any]]) -> None:
         checked = []
@@ -50,9 +52,6 @@ class ScriptedModel:
             raise ConfigError(f"script {path} must hold a JSON list of responses or {{'responses': [...]}}")
         return cls(data)
 
-    def start_messages(self, task: str) -> list[JSONValue]:
-        return fmt.start_messages(task)
-
     def complete(self, messages: Sequence[JSONValue], tools: Sequence[ToolSpec], system: str | None) -> ModelTurn:
         self.calls += 1
         index = sum(1 for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant")
@@ -63,29 +62,10 @@ class ScriptedModel:
         stop_reason = response.get("stop_reason")
         usage = response.get("usage") or {}
         calls = fmt.tool_calls(content)
-        return ModelTurn(
-            messages=[{"role": "assistant", "content": content}],
-            tool_calls=calls,
-            usage=usage,
-            tokens=fmt.tokens_of(usage),
-            stop_reason=stop_reason,
-            text=fmt.text_of(content),
-            done=not calls and stop_reason in fmt.FINAL_STOP_REASONS,
-        )
+        done = not calls and stop_reason in fmt.FINAL_STOP_REASONS
+        return fmt.assistant_turn(content, calls, usage, stop_reason=stop_reason, text=fmt.text_of(content), done=done)
 
     async def acomplete(
         self, messages: Sequence[JSONValue], tools: Sequence[ToolSpec], system: str | None
     ) -> ModelTurn:
         return self.complete(messages, tools, system)
-
-    def tool_result_messages(self, calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> list[JSONValue]:
-        return fmt.tool_result_messages(calls, results)
-
-    def dangling_call_ids(self, messages: Sequence[JSONValue]) -> list[str]:
-        return fmt.dangling_call_ids(messages)
-
-    def find_calls(self, messages: Sequence[JSONValue], call_ids: Sequence[str]) -> list[ProposedCall]:
-        return fmt.find_calls(messages, call_ids)
-
-    def turn_starts(self, messages: Sequence[JSONValue]) -> list[int]:
-        return fmt.turn_starts(messages)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from unbroken import Model, tool
+import pytest
+
+from unbroken import Agent, Model, ModelCallFailed, RunResult, tool
 
 TASK = "Check the weather in two cities and note them"
 SYSTEM = "You are a careful assistant."
@@ -23,6 +25,18 @@ def save_note(text: str) -> str:
 
 
 TOOLS = [lookup, save_note]
+
+
+def fails_then_resumes(
+    agent: Agent, run_id: str, cause: type[Exception], *, failures: int = 1, resume_task: str | None = None
+) -> RunResult:
+    """Run ``agent`` ``failures`` times, each failing with ``ModelCallFailed`` caused by the SDK's
+    ``cause`` error; then once more (with ``resume_task``), and return that run's result."""
+    for _ in range(failures):
+        with pytest.raises(ModelCallFailed) as failed:
+            agent.run(TASK, run_id=run_id)
+        assert isinstance(failed.value.__cause__, cause), repr(failed.value.__cause__)
+    return agent.run(resume_task, run_id=run_id)
 
 
 @tool(effect="read_only")

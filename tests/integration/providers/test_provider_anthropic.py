@@ -7,7 +7,7 @@ from typing import Any
 
 import anthropic
 import pytest
-from provider_agents import SYSTEM, TASK, TOOLS, build_model
+from provider_agents import SYSTEM, TASK, TOOLS, build_model, fails_then_resumes
 from provider_server import (
     ANTHROPIC_SCRIPT,
     ProviderServer,
@@ -17,7 +17,7 @@ from provider_server import (
     scripted,
 )
 
-from unbroken import Agent, ConfigError, ModelCallFailed, open_store, tool
+from unbroken import Agent, ConfigError, open_store, tool
 from unbroken.providers import AnthropicModel
 
 
@@ -134,10 +134,7 @@ def test_a_refusal_finishes_the_run_and_is_recorded(server: ProviderServer) -> N
 def test_a_429_without_retries_fails_the_call_and_the_run_resumes_later(server: ProviderServer) -> None:
     agent = agent_for(server, ANTHROPIC_SCRIPT)
     server.responder = failing_first(1, 429, scripted(ANTHROPIC_SCRIPT, assistant_turns))
-    with pytest.raises(ModelCallFailed) as failed:
-        agent.run(TASK, run_id="rate-limited")
-    assert isinstance(failed.value.__cause__, anthropic.RateLimitError)
-    result = agent.run(None, run_id="rate-limited")
+    result = fails_then_resumes(agent, "rate-limited", anthropic.RateLimitError)
     assert result.status == "completed" and result.resumed
     bodies = server.bodies()
     assert bodies[0] == bodies[1]  # the failed request is sent again unchanged

@@ -162,35 +162,12 @@ def test_a_run_killed_during_compaction_resumes_and_sends_the_same_requests(
 # --------------------------------------------------------------------------- where it cuts
 
 
-class _Rules:
-    """Only the history rules of a provider (what ``Compactor.cut`` uses)."""
-
-    def __init__(self, provider: str) -> None:
-        self.provider = provider
-
-    def start_messages(self, task: str) -> list[Any]:
-        return [{"role": "user", "content": task}]
-
-    def tool_result_messages(self, calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> list[Any]:
-        if self.provider == "anthropic":
-            return anthropic_format.tool_result_messages(calls, results)
-        if self.provider == "openai-chat":
-            return openai_format.chat_tool_result_messages(calls, results)
-        return openai_format.responses_tool_result_messages(calls, results)
-
-    def dangling_call_ids(self, messages: Sequence[Any]) -> list[str]:
-        if self.provider == "anthropic":
-            return anthropic_format.dangling_call_ids(messages)
-        if self.provider == "openai-chat":
-            return openai_format.chat_dangling_call_ids(messages)
-        return openai_format.responses_dangling_call_ids(messages)
-
-    def turn_starts(self, messages: Sequence[Any]) -> list[int]:
-        if self.provider == "anthropic":
-            return anthropic_format.turn_starts(messages)
-        if self.provider == "openai-chat":
-            return openai_format.chat_turn_starts(messages)
-        return openai_format.responses_turn_starts(messages)
+# Only the history rules of each provider (what ``Compactor.cut`` uses), without a client.
+RULES = {
+    "anthropic": anthropic_format.HISTORY,
+    "openai-chat": openai_format.CHAT_HISTORY,
+    "openai-responses": openai_format.RESPONSES_HISTORY,
+}
 
 
 def _turn(provider: str, turn: int, calls: int) -> list[Any]:
@@ -209,7 +186,7 @@ def _turn(provider: str, turn: int, calls: int) -> list[Any]:
 @pytest.mark.parametrize("provider", ["anthropic", "openai-chat", "openai-responses"])
 @pytest.mark.parametrize("keep_recent", [1, 30, 80, 200])
 def test_the_cut_always_falls_between_whole_turns(provider: str, keep_recent: int) -> None:
-    rules = _Rules(provider)
+    rules = RULES[provider]
     messages: list[Any] = rules.start_messages("task")
     for turn in range(6):
         answer = _turn(provider, turn, calls=turn % 3 + 1)

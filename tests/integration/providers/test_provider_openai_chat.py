@@ -7,10 +7,10 @@ from typing import Any
 
 import openai
 import pytest
-from provider_agents import SYSTEM, TASK, TOOLS, build_model
+from provider_agents import SYSTEM, TASK, TOOLS, build_model, fails_then_resumes
 from provider_server import CHAT_SCRIPT, ProviderServer, assistant_turns, chat_completion, failing_first, scripted
 
-from unbroken import Agent, ConfigError, ModelCallFailed, open_store, tool
+from unbroken import Agent, ConfigError, open_store, tool
 from unbroken.providers import OpenAIChatModel
 
 
@@ -104,10 +104,7 @@ def test_tokens_are_the_reported_total(server: ProviderServer) -> None:
 def test_a_500_without_retries_fails_the_call_and_the_run_resumes_later(server: ProviderServer) -> None:
     agent = agent_for(server, CHAT_SCRIPT)
     server.responder = failing_first(1, 500, scripted(CHAT_SCRIPT, assistant_turns))
-    with pytest.raises(ModelCallFailed) as failed:
-        agent.run(TASK, run_id="server-error")
-    assert isinstance(failed.value.__cause__, openai.InternalServerError)
-    result = agent.run(None, run_id="server-error")
+    result = fails_then_resumes(agent, "server-error", openai.InternalServerError)
     assert result.status == "completed" and result.resumed
 
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import openai
 import pytest
-from provider_agents import SYSTEM, TASK, TOOLS, build_model
+from provider_agents import SYSTEM, TASK, TOOLS, build_model, fails_then_resumes
 from provider_server import RESPONSES_SCRIPT, ProviderServer, failing_first, response_body, responses_turns, scripted
 
-from unbroken import Agent, ModelCallFailed, open_store
+from unbroken import Agent, open_store
 
 
 def agent_for(server: ProviderServer, script: list[dict[str, Any]], **options: Any) -> Agent:
@@ -75,11 +75,7 @@ def test_an_incomplete_response_finishes_with_the_text_it_has(server: ProviderSe
 def test_a_429_without_retries_fails_the_call_and_the_run_resumes_later(server: ProviderServer) -> None:
     agent = agent_for(server, RESPONSES_SCRIPT)
     server.responder = failing_first(2, 429, scripted(RESPONSES_SCRIPT, responses_turns))
-    for _ in range(2):
-        with pytest.raises(ModelCallFailed) as failed:
-            agent.run(TASK, run_id="limited")
-        assert isinstance(failed.value.__cause__, openai.RateLimitError)
-    result = agent.run(TASK, run_id="limited")
+    result = fails_then_resumes(agent, "limited", openai.RateLimitError, failures=2, resume_task=TASK)
     assert result.status == "completed" and result.resumed
 
 

@@ -1,0 +1,189 @@
+"""One run of the sweep (its directory, store and journal) and the invariants checked on it.
+
+After every death of the run's child: the store loads (no ``CorruptCheckpoint``), the run never
+goes backwards, each tool call has at most one result, and no side effect ran again after it
+completed. At the end: the run finishes like the crash-free reference run, with the same
+messages (an honest "unknown outcome" aside) and a settled ledger. On a copy of the world,
+recovering twice changes nothing that recovering once did not."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CorruptCheckpoint, RunNotFound
+from ..state import RunState
+from ..stores import open_store
+from ._child import CHILD_INFO, Job, child_error, run_child
+from ._histories import comparable, is_unknown, tool_traffic, without_unknowns
+from ._journal import journal_text, read_journal
+from ._report import PointStats, Violation
+
+if TYPE_CHECKING:
+    from ._harness import Harness
+
+
+class World:
+    """One run's directory, store and checks against the reference."""
+
+    def __init__(self, harness: Harness, name: str, stats: PointStats) -> None:
+        self.harness = harness
+        self.name = name
+        self.stats = stats
+        self.dir = harness.workdir / name
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        self.dir.mkdir(parents=True)
+        self.run_id = f"chaos-{name}"
+        self.url = harness.kind.url(self.dir)
+        self.previous: RunState | None = None
+        self.finished: RunState | None = None
+        self.reported: set[str] = set()
+
+    def job(self, crash_at: str | None = None, *, observe: bool = False) -> Job:
+        h = self.harness
+        return Job(h.factory, h.task, self.run_id, self.url, self.dir, crash_at=crash_at, observe=observe)
+
+    def fail(self, invariant: str, detail: str) -> None:
+        self.harness.report.violations.append(Violation(self.name, invariant, detail))
+        self.stats.violations += 1
+
+    def child_error(self) -> str:
+        return child_error(self.dir)
+
+    def journal(self) -> list[dict[str, Any]]:
+        return read_journal(self.dir)
+
+    def discard(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def load(self) -> RunState | None:
+        """Load the run as a fresh process would; record a violation if it does not load."""
+        report = self.harness.report
+        report.loads += 1
+        with open_store(self.url) as store:
+            try:
+                return store.load(self.run_id)
+            except RunNotFound:
+                return None
+            except CorruptCheckpoint as exc:
+                report.corrupt_loads += 1
+                self.fail("store loads", f"CorruptCheckpoint: {exc}")
+                return None
+
+    def check_after_death(self) -> RunState | None:
+        state = self.load()
+        if state is None:
+            if self.previous is not None:
+                self.fail("store loads", "the run disappeared")
+            self.check_journal()
+            return None
+        prev = self.previous
+        if prev is not None:
+            for name in ("turns", "tokens_used", "save_seq"):
+                if getattr(state, name) < getattr(prev, name):
+                    self.fail("never goes backwards", f"{name} went {getattr(prev, name)} -> {getattr(state, name)}")
+            if state.messages[: len(prev.messages)] != prev.messages:
+                self.fail("never goes backwards", "saved messages were changed or lost")
+        traffic = tool_traffic(state.messages)
+        for call_id, answers in traffic.results.items():
+            if len(answers) > 1:
+                self.fail("one result per tool_use", f"{call_id} has {len(answers)} results")
+            if call_id not in traffic.uses:
+                self.fail("one result per tool_use", f"a result answers unknown call {call_id}")
+        self.check_journal()
+        self.previous = state
+        return state
+
+    def check_journal(self) -> None:
+        done: dict[str, int] = {}
+        for line in self.journal():
+            if line["effect"] != "side_effect":
+                continue
+            key = line["key"]
+            if line["at"] == "enter" and done.get(key) and key not in self.reported:
+                self.reported.add(key)
+                self.harness.report.double_effects += 1
+                self.fail("side effect at most once", f"{line['tool']} ran again for key {key} after it completed")
+            if line["at"] == "exit":
+                done[key] = done.get(key, 0) + 1
+
+    def check_final(self) -> None:
+        state = self.check_after_death()
+        reference = self.harness.reference
+        if state is None:
+            self.fail("finishes", "the run never saved anything")
+            return
+        self.finished = state
+        if state.phase != reference.phase:
+            self.fail("finishes", f"phase {state.phase}, the crash-free run ended {reference.phase}")
+            return
+        traffic = tool_traffic(state.messages)
+        for call_id in traffic.uses:
+            if len(traffic.results.get(call_id, [])) != 1:
+                self.fail("one result per tool_use", f"{call_id} has {len(traffic.results.get(call_id, []))} results")
+        self.compare_messages(state)
+        with open_store(self.url) as store:
+            pending = [e.key for e in store.ledger_list(self.run_id) if e.status == "pending"]
+        if pending:
+            self.fail("ledger settled", f"{len(pending)} ledger entries still pending after the run finished")
+
+    def compare_messages(self, state: RunState) -> None:
+        reference = self.harness.reference
+        if len(state.messages) != len(reference.messages):
+            self.fail(
+                "same messages as a crash-free run",
+                f"{len(state.messages)} messages, the crash-free run has {len(reference.messages)}",
+            )
+            return
+        effects = self.harness.effects
+        got_results = tool_traffic(state.messages).results
+        want_results = tool_traffic(reference.messages).results
+        honest_unknown: set[str] = set()
+        for call_id, answers in got_results.items():
+            wanted = want_results.get(call_id, [])
+            if answers and wanted and answers[0] != wanted[0] and is_unknown(answers[0]):
+                tool = self.harness.call_tools.get(call_id)
+                if effects.get(tool or "") != "side_effect":
+                    self.fail(
+                        "honest unknown outcomes", f"{call_id} ({tool}) reported unknown but is not a side effect"
+                    )
+                honest_unknown.add(call_id)
+        self.stats.unknown_results += len(honest_unknown)
+        self.harness.report.unknown_results += len(honest_unknown)
+        for index, (got, want) in enumerate(zip(state.messages, reference.messages, strict=True)):
+            if got == want:
+                continue
+            if without_unknowns(got, honest_unknown) != without_unknowns(want, honest_unknown):
+                self.fail("same messages as a crash-free run", f"message {index} differs")
+                return
+
+    def recover_twice(self) -> None:
+        """On a copy of this world, recover (no model call) twice: the second must change nothing."""
+        copy = self.harness.workdir / f"{self.name}-recovery"
+        if copy.exists():
+            shutil.rmtree(copy)
+        shutil.copytree(self.dir, copy)
+        url = self.harness.kind.url(copy)
+        recovery = dataclasses.replace(self.job(), url=url, world=copy, recover_only=True)
+        snapshots = []
+        for attempt in (1, 2):
+            (copy / CHILD_INFO).unlink(missing_ok=True)
+            exit_ = run_child(recovery)
+            if exit_.code != 0:
+                detail = child_error(copy, default=f"exit {exit_}")
+                self.fail("recovering twice = once", f"recovery {attempt} failed: {detail}")
+                return
+            with open_store(url) as store:
+                state = store.load(self.run_id)
+                ledger = [
+                    {k: v for k, v in e.to_json().items() if k != "updated_at"} for e in store.ledger_list(self.run_id)
+                ]
+            snapshots.append((comparable(state), ledger, journal_text(copy)))
+        self.harness.report.recoveries_compared += 1
+        first, second = snapshots
+        for index, what in enumerate(("state", "effect ledger", "tool executions")):
+            if first[index] != second[index]:
+                self.fail("recovering twice = once", f"the second recovery changed the {what}")
+        shutil.rmtree(copy, ignore_errors=True)

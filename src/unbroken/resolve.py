@@ -1,0 +1,59 @@
+"""Settling, by hand, a call whose outcome is unknown (``unbroken resolve``)."""
+
+from __future__ import annotations
+
+import time
+
+from .codec import Encoder
+from .errors import ConfigError
+from .leases import acquire, make_owner
+from .ledger import EffectLedger
+from .state import LedgerEntry, RunState, ToolResult, check_run_id
+from .stores.base import Store
+
+
+def resolve_call(
+    store: Store,
+    run_id: str,
+    call_id: str,
+    *,
+    result: str | None = None,
+    not_executed: bool = False,
+    is_error: bool = False,
+) -> RunState:
+    """Settle a call whose outcome is unknown, as a person who checked it: either it took
+    effect (``result`` is what the model will be told) or it did not (``not_executed``: it
+    will run when the run resumes). Durable when it returns; refuses if the run is live."""
+    if (result is None) == (not not_executed):
+        raise ConfigError("give exactly one of result=... or not_executed=True")
+    check_run_id(run_id)
+    owner = make_owner()
+    lease = acquire(store, run_id, owner, 30.0)
+    try:
+        decoded = store.decode(run_id)
+        state = decoded.state
+        call = next((c for c in state.pending_calls if c.id == call_id), None)
+        if call is None or call_id in state.results:
+            open_ids = ", ".join(c.id for c in state.dangling_calls()) or "none"
+            raise ConfigError(f"run {run_id!r} has no unsettled call {call_id!r}; unsettled calls: {open_ids}")
+        encoder = Encoder()
+        encoder.prime(state)
+        ledger_entries: tuple[LedgerEntry, ...] = ()
+        entry = store.ledger_get(run_id, call.idempotency_key)
+        if result is not None:
+            settled = ToolResult(call.id, result, is_error, "resolved")
+            state.results[call.id] = settled
+            if entry is not None:
+                ledger_entries = (EffectLedger.outcome(entry, settled),)
+        else:
+            state.resolutions[call.id] = "not_executed"
+        if state.phase == "paused":
+            state.phase = "running_tools"
+            state.error = None
+        state.save_seq += 1
+        state.updated_at = time.time()
+        encoded = encoder.encode(state, "resolved", ledger=ledger_entries)
+        store.append(encoded, expect_seq=state.save_seq - 1, fence=lease.fence)
+        return state
+    finally:
+        store.release_lease(lease)

@@ -1,0 +1,76 @@
+"""Durable file-system primitives for the file store, and the one translation of ``OSError``.
+
+A new directory entry (a created file or directory, a rename) survives power loss only once its
+parent directory is fsynced: ``fsync_dir`` and ``make_dirs`` do that. Every ``OSError`` leaves
+the store as a ``StoreUnavailable`` that names the path and says what to do about it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import StoreUnavailable
+
+
+def unavailable(exc: OSError, path: object, doing: str) -> StoreUnavailable:
+    """Translate an OSError into a StoreUnavailable that names the path and what to do."""
+    code = exc.errno
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        why = "no space left on the device (or over quota); free some space, then retry"
+    elif code in (errno.EACCES, errno.EPERM):
+        why = "permission denied; make the directory writable by this user or pick another store directory"
+    elif code == errno.EROFS:
+        why = "the file system is read-only; pick a writable store directory"
+    elif code == errno.ENOTDIR:
+        why = "part of the path is a regular file, not a directory; pick a directory path"
+    elif code == errno.EIO:
+        why = "the disk reported an I/O error; check the device (dmesg) before retrying"
+    else:
+        why = f"{exc.strerror or exc}; check the directory and retry"
+    return StoreUnavailable(f"file store: cannot {doing} {path}: {why}. The run stays at its last completed save point")
+
+
+@contextmanager
+def translating(doing: str, path: object) -> Iterator[None]:
+    """Raise any ``OSError`` inside as ``unavailable(...)`` (the failing file named if known)."""
+    try:
+        yield
+    except OSError as exc:
+        raise unavailable(exc, getattr(exc, "filename", None) or path, doing) from exc
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the entries of directory ``path`` (created, renamed, removed) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(path: Path) -> None:
+    """Create ``path`` and missing parents, fsyncing each parent so the new entries survive."""
+    missing: list[Path] = []
+    current = path
+    while not current.is_dir():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            if not directory.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "a regular file is in the way", str(directory)) from None
+        fsync_dir(directory.parent)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` and everything below it, ignoring errors (used on leftovers only)."""
+    shutil.rmtree(path, ignore_errors=True)
