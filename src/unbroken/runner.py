@@ -11,7 +11,8 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from . import crashpoints
@@ -106,22 +107,30 @@ class Agent:
     ) -> RunResult:
         """Start or resume a run and drive it until it completes, hits ``max_turns``, pauses or
         fails. A finished run returns its stored result without calling the model."""
+        started = time.perf_counter()
+        with self._hold(task, run_id, business_state) as session:
+            if session.state.finished:
+                return session.result(None)
+            if not self._reconcile_sync(session):
+                return session.result(_since(started, session))
+            resume_seconds = _since(started, session)
+            self._loop_sync(session)
+            return session.result(resume_seconds)
+
+    @contextmanager
+    def _hold(
+        self, task: str | None, run_id: str | None, business_state: Mapping[str, JSONValue] | None
+    ) -> Iterator[RunSession]:
+        """Take the run's lease (heartbeat running), open or start the run; release on exit."""
         run_id = check_run_id(run_id) if run_id is not None else f"run-{uuid.uuid4().hex[:12]}"
         if task is None and not self.store.exists(run_id):
             raise RunNotFound(f"no run {run_id!r} to resume in {self.store.url}; give a task to start it")
-        started = time.perf_counter()
         lease = acquire(self.store, run_id, self.owner, self.lease_ttl)
         try:
             with Heartbeat(self.store, lease, self.lease_ttl) as heartbeat:
                 session = RunSession(self, run_id, lease, heartbeat)
                 session.open(task, business_state)
-                if session.state.finished:
-                    return session.result(None)
-                if not self._reconcile_sync(session):
-                    return session.result(time.perf_counter() - started if session.resumed else None)
-                resume_seconds = time.perf_counter() - started if session.resumed else None
-                self._loop_sync(session)
-                return session.result(resume_seconds)
+                yield session
         finally:
             self.store.release_lease(lease)
 
@@ -190,26 +199,17 @@ class Agent:
     ) -> RunResult:
         """Async twin of ``run``: awaits an async model, and runs the calls of one turn concurrently
         (sync tools in threads). Each result is durable as soon as it is recorded."""
-        run_id = check_run_id(run_id) if run_id is not None else f"run-{uuid.uuid4().hex[:12]}"
-        if task is None and not self.store.exists(run_id):
-            raise RunNotFound(f"no run {run_id!r} to resume in {self.store.url}; give a task to start it")
         started = time.perf_counter()
-        lease = acquire(self.store, run_id, self.owner, self.lease_ttl)
-        try:
-            with Heartbeat(self.store, lease, self.lease_ttl) as heartbeat:
-                session = RunSession(self, run_id, lease, heartbeat)
-                session.open(task, business_state)
-                if session.state.finished:
-                    return session.result(None)
-                if not await self._settle_all_async(session, session.state.dangling_calls(), resuming=True):
-                    return session.result(time.perf_counter() - started if session.resumed else None)
-                if session.state.phase in ("running_tools", "paused"):
-                    session.finish_tools()
-                resume_seconds = time.perf_counter() - started if session.resumed else None
-                await self._loop_async(session)
-                return session.result(resume_seconds)
-        finally:
-            self.store.release_lease(lease)
+        with self._hold(task, run_id, business_state) as session:
+            if session.state.finished:
+                return session.result(None)
+            if not await self._settle_all_async(session, session.state.dangling_calls(), resuming=True):
+                return session.result(_since(started, session))
+            if session.state.phase in ("running_tools", "paused"):
+                session.finish_tools()
+            resume_seconds = _since(started, session)
+            await self._loop_async(session)
+            return session.result(resume_seconds)
 
     async def _settle_all_async(self, session: RunSession, calls: Sequence[ToolCall], *, resuming: bool) -> bool:
         if session.state.phase not in ("running_tools", "paused"):
@@ -271,3 +271,8 @@ class Agent:
             session.record_turn(turn)
             if not await self._settle_all_async(session, list(state.pending_calls), resuming=False):
                 return
+
+
+def _since(started: float, session: RunSession) -> float | None:
+    """Seconds from the call to now, for a resumed run (how long load + reconcile took)."""
+    return time.perf_counter() - started if session.resumed else None
