@@ -27,8 +27,9 @@ typecheck: $(STAMP)
 
 check: lint typecheck test  ## everything CI runs
 
-reliability: $(STAMP)  ## long crash sweeps, random kills, fault loops (minutes)
+reliability: $(STAMP)  ## long crash sweeps, random kills, fault loops; then every slow test (minutes)
 	$(PY) -m unbroken.reliability
+	$(PY) -m pytest -q -m slow
 
 bench: $(STAMP)  ## benchmarks, printed as tables
 	$(PY) -m pip install --quiet -e '.[bench]'

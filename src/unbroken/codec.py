@@ -142,7 +142,12 @@ class Encoder:
     whose text changed. Comparing text (not objects) also catches in-place mutation of
     ``business_state`` by tools."""
 
-    def __init__(self, snapshot_every: int = 50) -> None:
+    def __init__(self, snapshot_every: int = 50, *, messages_are_json: bool = False) -> None:
+        # ``messages_are_json``: the model builds every message from parsed JSON (the SDK
+        # adapters and ScriptedModel do), so a message cannot hold a tuple or a non-str key;
+        # the walk of each new message is skipped and only the encoder's own refusals (NaN,
+        # foreign objects) remain, still reported with the message's path.
+        self.messages_are_json = messages_are_json
         if snapshot_every < 1:
             raise ValueError("snapshot_every must be at least 1")
         self.snapshot_every = snapshot_every
@@ -151,8 +156,7 @@ class Encoder:
         self._since_snapshot = 0
         self._pending: dict[str, str] | None = None
 
-    @staticmethod
-    def _field_texts(state: RunState, previous: dict[str, str] | None = None) -> dict[str, str]:
+    def _field_texts(self, state: RunState, previous: dict[str, str] | None = None) -> dict[str, str]:
         # Runs at every save over ~20 fields, mostly scalars: the scalar branches give the
         # text ``_dumps`` would, without its per-call set-up (the benchmark's hot path).
         # Containers are encoded by the C encoder (which refuses NaN and foreign objects) and
@@ -177,7 +181,11 @@ class Encoder:
                 except (TypeError, ValueError, RecursionError):
                     ensure_json(value, key)
                     raise NotJSONValue(key, value, "it cannot be encoded as JSON") from None
-                if previous is None or previous.get(key) != text:
+                # With a JSON-built model, only business_state holds the user's own values; the
+                # other containers (calls, results, usage, summary) are built from parsed JSON.
+                if (previous is None or previous.get(key) != text) and (
+                    not self.messages_are_json or key == "business_state"
+                ):
                     ensure_json(value, key)
                 texts[key] = text
         return texts
@@ -200,8 +208,15 @@ class Encoder:
         Raises ``NotJSONValue`` (naming the path) before anything is written."""
         texts = self._field_texts(state, self._saved_fields)
         new_messages = state.messages[self._saved_messages :]
-        for index, message in enumerate(new_messages, start=self._saved_messages):
-            ensure_json(message, f"messages[{index}]")
+        if not self.messages_are_json:
+            for index, message in enumerate(new_messages, start=self._saved_messages):
+                ensure_json(message, f"messages[{index}]")
+        try:
+            messages_text = _dumps(new_messages)
+        except (TypeError, ValueError, RecursionError):
+            for index, message in enumerate(new_messages, start=self._saved_messages):
+                ensure_json(message, f"messages[{index}]")
+            raise
         previous = self._saved_fields
         snapshot = (
             force_snapshot
@@ -217,7 +232,7 @@ class Encoder:
         body = (
             f'{{"v":{int(state.schema_version)},"seq":{int(state.save_seq)},"label":{_dumps(label)},'
             f'"snapshot":{"true" if snapshot else "false"},"msg_start":{self._saved_messages},'
-            f'"messages":{_dumps(new_messages)},"fields":{{{fields_text}}}}}'
+            f'"messages":{messages_text},"fields":{{{fields_text}}}}}'
         )
         self._pending = texts
         return EncodedSave(

@@ -54,7 +54,11 @@ class ModelTurn:
 
 @runtime_checkable
 class Model(Protocol):
-    """A model the runner can drive. ``provider`` names the message format of the history."""
+    """A model the runner can drive. ``provider`` names the message format of the history.
+
+    A model may also set ``messages_are_json = True`` when it builds every message from parsed
+    JSON (as the SDK adapters and ``ScriptedModel`` do); saves then skip re-checking each
+    message for tuples and non-str keys. Without it, every new message is checked."""
 
     provider: str
 

@@ -55,7 +55,9 @@ class RunSession:
         self.run_id = run_id
         self.heartbeat = heartbeat
         self.lease = lease
-        self.encoder = Encoder(agent.snapshot_every)
+        self.encoder = Encoder(
+            agent.snapshot_every, messages_are_json=getattr(agent.model, "messages_are_json", False) is True
+        )
         self.ledger = EffectLedger(self.store, run_id, self.fence)
         self.state: RunState
         self.resumed = False

@@ -21,6 +21,8 @@ class FormatModel:
     """The history rules of a model, taken from its ``history_format``."""
 
     history_format: ClassVar[HistoryFormat]
+    messages_are_json: ClassVar[bool] = True
+    """Every message this model returns or builds comes from parsed JSON (see ``codec.Encoder``)."""
 
     def start_messages(self, task: str) -> list[JSONValue]:
         return self.history_format.start_messages(task)
