@@ -131,6 +131,50 @@ class StoredRecord:
     checksum: str
 
 
+@dataclass(frozen=True)
+class PackedRecords:
+    """All of a run's record bodies in one buffer, as a store's fast read path can hand them
+    over: ``b"[" + body_1 + b"," + ... + body_n + b"]"`` (a JSON array when all are intact),
+    with each record's ``(seq, checksum, byte length)`` in order. Parsing it needs no join."""
+
+    buffer: bytes
+    index: list[tuple[int, str, int]]
+
+    def records(self) -> list[StoredRecord]:
+        """The same records one by one (the careful path, when the fast one finds damage)."""
+        view = memoryview(self.buffer)
+        records, offset = [], 1
+        for seq, check, length in self.index:
+            records.append(StoredRecord(seq, bytes(view[offset : offset + length]), check))
+            offset += length + 1
+        return records
+
+    def parse(self, current: int) -> list[Any] | None:
+        """The parsed records if every checksum, seq and shape is right; None otherwise."""
+        index = self.index
+        if not index or any(seq != index[0][0] + i for i, (seq, _, _) in enumerate(index)):
+            return None
+        if len(self.buffer) != sum(length for _, _, length in index) + len(index) + 1:
+            return None
+        view, offset, crc = memoryview(self.buffer), 1, zlib.crc32
+        for _, check, length in index:
+            if length > MAX_RECORD_BYTES or f"{crc(view[offset : offset + length]):08x}" != check:
+                return None
+            offset += length + 1
+        try:
+            values = json.loads(self.buffer)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(values, list) or len(values) != len(index):
+            return None
+        try:
+            for (seq, _, _), value in zip(index, values, strict=True):
+                _check_record_shape(value, seq, current)
+        except ValueError:
+            return None
+        return values
+
+
 def _text(body: str | bytes) -> str:
     return body if isinstance(body, str) else body.decode("utf-8")
 
@@ -326,8 +370,8 @@ class Decoded:
 
     state: RunState
     last_seq: int
-    timeline_rows: list[tuple[Any, ...]] = field(repr=False)
-    """One tuple of ``SaveInfo`` fields per save point; ``timeline`` builds the objects."""
+    records: list[dict[str, JSONValue]] = field(repr=False)
+    """The parsed save records, oldest first; ``timeline`` is built from them."""
     corrupt_seq: int | None = None
     problem: str | None = None
     migrated_from: int | None = None
@@ -338,7 +382,23 @@ class Decoded:
         """The run's save points, oldest first. Built on first use: a resume does not need
         them, and building one object per save point is a tenth of a long run's load time."""
         if self._timeline is None:
-            self._timeline = [SaveInfo(*row) for row in self.timeline_rows]
+            fields: dict[str, Any] = {}
+            timeline = []
+            for record in self.records:
+                fields = dict(record["fields"]) if record["snapshot"] else {**fields, **record["fields"]}
+                timeline.append(
+                    SaveInfo(
+                        seq=record["seq"],
+                        label=record["label"],
+                        phase=fields.get("phase", "?"),
+                        turns=fields.get("turns", 0),
+                        tokens_used=fields.get("tokens_used", 0),
+                        messages_added=len(record["messages"]),
+                        at=fields.get("updated_at", 0.0),
+                        snapshot=bool(record["snapshot"]),
+                    )
+                )
+            self._timeline = timeline
         return self._timeline
 
 
@@ -390,12 +450,15 @@ _REQUIRED_FIELDS = (
 
 def decode(
     run_id: str,
-    records: Iterable[StoredRecord],
+    records: Iterable[StoredRecord] | PackedRecords,
     *,
     recover: bool = False,
     migrations: Migrations = MIGRATIONS,
+    fallback: Callable[[], Iterable[StoredRecord]] | None = None,
 ) -> Decoded:
-    """Fold a run's records (in seq order) into its state.
+    """Fold a run's records (in seq order) into its state. ``records`` may be packed (one
+    buffer); when the packed buffer does not check out, ``fallback`` (if given) reads the
+    records one by one and those are judged instead.
 
     With ``recover=False`` any damaged record raises ``CorruptCheckpoint``; with ``recover=True``
     the state is that of the last intact save point before the first damaged record, and
@@ -408,21 +471,35 @@ def decode(
     if paused:
         gc.disable()
     try:
-        return _decode(run_id, records, recover, migrations)
+        return _decode(run_id, records, recover, migrations, fallback)
     finally:
         if paused:
             gc.enable()
 
 
-def _decode(run_id: str, records: Iterable[StoredRecord], recover: bool, migrations: Migrations) -> Decoded:
-    records = list(records)
+def _decode(
+    run_id: str,
+    source: Iterable[StoredRecord] | PackedRecords,
+    recover: bool,
+    migrations: Migrations,
+    fallback: Callable[[], Iterable[StoredRecord]] | None,
+) -> Decoded:
     parsed: list[dict[str, JSONValue]] = []
     problem: str | None = None
     corrupt_seq: int | None = None
     fast: list[Any] | None = None
+    if isinstance(source, PackedRecords):
+        fast = source.parse(migrations.current)
+        # Damage somewhere (or an unexpected order): judge record by record, from the store's
+        # ordered read when it gave one, so a misordered buffer is never taken for damage.
+        reread = fallback if fallback is not None else source.records
+        records = list(reread()) if fast is None else []
+    else:
+        records = list(source)
     # One parse of all bodies is ~2x faster than one parse per record; checksums first.
     if (
-        records
+        fast is None
+        and records
         and all(len(r.body) <= MAX_RECORD_BYTES for r in records)
         and all(r.seq == records[0].seq + i for i, r in enumerate(records))
         and all(checksum(r.body) == r.checksum for r in records)
@@ -484,7 +561,6 @@ def _fold(
 ) -> Decoded:
     messages: list[JSONValue] = []
     fields: dict[str, JSONValue] = {}
-    timeline: list[tuple[Any, ...]] = []
     oldest = migrations.current
     if not parsed[0]["snapshot"]:
         raise ValueError("the first record is not a snapshot")
@@ -501,18 +577,6 @@ def _fold(
             fields = dict(record["fields"])
         else:
             fields.update(record["fields"])
-        timeline.append(
-            (  # SaveInfo's fields, in order
-                record["seq"],
-                record["label"],
-                fields.get("phase", "?"),
-                fields.get("turns", 0),
-                fields.get("tokens_used", 0),
-                len(added),
-                fields.get("updated_at", 0.0),
-                bool(record["snapshot"]),
-            )
-        )
     missing = [name for name in _REQUIRED_FIELDS if name not in fields]
     if missing:
         raise ValueError(f"fields missing: {', '.join(missing)}")
@@ -530,7 +594,7 @@ def _fold(
     return Decoded(
         state=state,
         last_seq=parsed[-1]["seq"],
-        timeline_rows=timeline,
+        records=parsed,
         corrupt_seq=corrupt_seq,
         problem=problem,
         migrated_from=migrated_from,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from unbroken import CorruptCheckpoint, IncompatibleSchema, NotJSONValue, RunState
-from unbroken.codec import Encoder, Migrations, StoredRecord, decode, ensure_json
+from unbroken.codec import Encoder, Migrations, PackedRecords, StoredRecord, decode, ensure_json
 
 
 def saves_of(states: list[RunState], snapshot_every: int = 50) -> list[StoredRecord]:
@@ -131,3 +131,35 @@ def test_ensure_json_refuses_absurd_nesting() -> None:
         value = [value]
     with pytest.raises(NotJSONValue, match="nesting"):
         ensure_json(value, "x")
+
+
+def packed_of(records: list[StoredRecord]) -> PackedRecords:
+    bodies = [r.body if isinstance(r.body, bytes) else r.body.encode() for r in records]
+    return PackedRecords(
+        b"[" + b",".join(bodies) + b"]", [(r.seq, r.checksum, len(b)) for r, b in zip(records, bodies, strict=True)]
+    )
+
+
+def test_a_packed_read_folds_to_the_same_state_as_record_by_record() -> None:
+    states = growing_run(7)
+    records = saves_of(states, snapshot_every=3)
+    assert decode("r", packed_of(records)).state == decode("r", records).state == states[-1]
+
+
+def test_damage_in_a_packed_read_is_judged_record_by_record() -> None:
+    states = growing_run(4)
+    records = saves_of(states)
+    damaged = list(records)
+    damaged[2] = StoredRecord(3, records[2].body.replace('"m3"', '"mX"'), records[2].checksum)
+    with pytest.raises(CorruptCheckpoint, match="save record 3"):
+        decode("r", packed_of(damaged))
+    assert decode("r", packed_of(damaged), recover=True).state == states[1]
+
+
+def test_a_misordered_packed_read_uses_the_stores_ordered_read_and_finds_no_damage() -> None:
+    states = growing_run(4)
+    records = saves_of(states)
+    swapped = packed_of([records[1], records[0], records[2], records[3]])
+    swapped_index = [(r.seq, r.checksum, len(r.body.encode())) for r in records]
+    misordered = PackedRecords(swapped.buffer, swapped_index)
+    assert decode("r", misordered, fallback=lambda: records).state == states[-1]

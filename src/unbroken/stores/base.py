@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, StoredRecord, decode
+from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, PackedRecords, StoredRecord, decode
 from ..state import Lease, LedgerEntry, RunState, RunSummary, SaveInfo
 
 CAPABILITIES = frozenset({"leases", "ledger", "multi_process", "multi_host", "claim"})
@@ -156,9 +156,19 @@ class Store(ABC):
         spare a decode on resume. Defaults to ``read_records``."""
         return self.read_records(run_id)
 
+    def read_packed(self, run_id: str) -> PackedRecords | None:
+        """All record bodies in one buffer for the loader's fastest path, or None when the
+        backend has no such read (the loader then uses ``read_raw_records``)."""
+        return None
+
     def decode(self, run_id: str, *, recover: bool = False, migrations: Migrations = MIGRATIONS) -> Decoded:
         """Read and fold the run's records (see ``codec.decode``)."""
-        return decode(run_id, self.read_raw_records(run_id), recover=recover, migrations=migrations)
+        packed = self.read_packed(run_id)
+        if packed is None:
+            return decode(run_id, self.read_raw_records(run_id), recover=recover, migrations=migrations)
+        return decode(
+            run_id, packed, recover=recover, migrations=migrations, fallback=lambda: self.read_raw_records(run_id)
+        )
 
     def load(self, run_id: str, *, recover: bool = False) -> RunState:
         """The run's state at its last save point. Raises ``RunNotFound``, ``CorruptCheckpoint``
