@@ -92,7 +92,6 @@ class RunSession:
             )
         self.resumed = True
         self.state = state
-        self._migrate_business_state()
         rewrite_reason = None
         if decoded.problem is not None:
             self.recovered_from = decoded.problem
@@ -106,6 +105,10 @@ class RunSession:
             state.updated_at = time.time()
             self.store.rewrite(self.run_id, [encode_full(state, rewrite_reason)], expect_seq=head, fence=self.fence())
         self.encoder.prime(state)
+        if self._migrate_business_state():
+            # The migrated value and its new version are saved together, at once: a later
+            # load must never see new-shaped data under the old version number.
+            self.save("business_state_migrated")
 
     def _start(self, task: str, business_state: Mapping[str, JSONValue] | None) -> None:
         initial = dict(business_state or {})
@@ -120,23 +123,35 @@ class RunSession:
         )
         self.save("start", force_snapshot=True)
 
-    def _migrate_business_state(self) -> None:
+    def _migrate_business_state(self) -> bool:
+        """Upgrade ``business_state`` to the agent's version; True if anything changed. The
+        whole chain of steps is checked before the first one runs."""
         state = self.state
         wanted = self.agent.business_state_version
         if state.business_state_version > wanted:
             raise IncompatibleSchema(
                 f"run {self.run_id!r} has business_state version {state.business_state_version}, newer than "
-                f"this agent's {wanted}; run it with the newer code"
+                f"this agent's {wanted}; run it with the newer code (nothing was changed)"
             )
-        while state.business_state_version < wanted:
-            step = self.agent.business_state_migrations.get(state.business_state_version)
-            if step is None:
-                raise IncompatibleSchema(
-                    f"run {self.run_id!r} has business_state version {state.business_state_version} and no "
-                    f"migration to {state.business_state_version + 1} was given to the Agent"
-                )
-            state.business_state = step(dict(state.business_state))
-            state.business_state_version += 1
+        missing = [
+            version
+            for version in range(state.business_state_version, wanted)
+            if version not in self.agent.business_state_migrations
+        ]
+        if missing:
+            raise IncompatibleSchema(
+                f"run {self.run_id!r} has business_state version {state.business_state_version} and no "
+                f"migration from version {missing[0]} to {missing[0] + 1} was given to the Agent "
+                "(business_state_migrations); nothing was changed"
+            )
+        if state.business_state_version == wanted:
+            return False
+        business_state = dict(state.business_state)
+        for version in range(state.business_state_version, wanted):
+            business_state = self.agent.business_state_migrations[version](business_state)
+        state.business_state = business_state
+        state.business_state_version = wanted
+        return True
 
     # ------------------------------------------------------------------ saving
 

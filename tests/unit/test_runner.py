@@ -11,6 +11,7 @@ from core_scripts import TOKENS_PER_TURN, final_turn, reading_script, tool_turn
 
 from unbroken import (
     Agent,
+    IncompatibleSchema,
     ModelCallFailed,
     ModelTurn,
     RunNotFound,
@@ -312,3 +313,49 @@ def test_business_state_is_saved_and_tools_can_update_it(store: Store) -> None:
         "t", run_id="r", business_state={"owner": "ops", "seen": 0}
     )
     assert store.load("r").business_state == {"owner": "ops", "seen": 2}
+
+
+def _counting_run(store: Store, **agent_options: Any) -> Agent:
+    @tool(effect="read_only")
+    def count(*, state: dict[str, Any]) -> str:
+        state["seen"] = state.get("seen", 0) + 1
+        return str(state["seen"])
+
+    script = [tool_turn(("t1", "count", {})), tool_turn(("t2", "count", {})), final_turn()]
+    return Agent(model=FlakyModel(script, fail_on={2}), tools=[count], store=store, **agent_options)
+
+
+def test_business_state_is_migrated_on_resume_and_saved_with_its_new_version(store: Store) -> None:
+    with pytest.raises(ModelCallFailed):
+        _counting_run(store).run("t", run_id="r", business_state={"owner": "ops"})
+    assert store.load("r").business_state == {"owner": "ops", "seen": 1}
+
+    def to_v2(old: dict[str, Any]) -> dict[str, Any]:
+        return {"owners": [old["owner"]], "seen": old["seen"]}
+
+    agent = _counting_run(store, business_state_version=2, business_state_migrations={1: to_v2})
+    agent.model = ScriptedModel(agent.model.responses)  # type: ignore[attr-defined]
+    result = agent.run("t", run_id="r")
+    assert result.status == "completed"
+    stored = store.load("r")
+    assert (stored.business_state_version, stored.business_state) == (2, {"owners": ["ops"], "seen": 2})
+    assert "business_state_migrated" in [save.label for save in store.history("r")]
+
+
+def test_a_missing_business_state_migration_is_refused_and_changes_nothing(store: Store) -> None:
+    with pytest.raises(ModelCallFailed):
+        _counting_run(store).run("t", run_id="r", business_state={"owner": "ops"})
+    before = store.read_records("r")
+    agent = _counting_run(store, business_state_version=3, business_state_migrations={1: lambda old: old})
+    with pytest.raises(IncompatibleSchema, match="from version 2 to 3"):
+        agent.run("t", run_id="r")
+    assert store.read_records("r") == before
+
+
+def test_a_business_state_newer_than_the_agent_is_refused(store: Store) -> None:
+    with pytest.raises(ModelCallFailed):
+        _counting_run(store, business_state_version=2, business_state_migrations={1: lambda old: old}).run(
+            "t", run_id="r"
+        )
+    with pytest.raises(IncompatibleSchema, match="newer than this agent's 1"):
+        _counting_run(store).run("t", run_id="r")
