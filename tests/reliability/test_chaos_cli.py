@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from reliability_agents import AGENT, FORGETFUL_AGENT, TASK
 
@@ -37,3 +38,10 @@ def test_chaos_refuses_an_attribute_that_is_not_an_agent(scratch: Path) -> None:
     code, output = _chaos("--agent", f"{AGENT.rsplit(':', 1)[0]}:SCRIPT", "--workdir", str(scratch))
     assert code == 2
     assert "Agent" in output
+
+
+def test_a_postgres_url_in_the_environment_does_not_disturb_a_sqlite_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UNBROKEN_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    result = CliRunner().invoke(main, ["chaos", "--agent", AGENT + "_missing", "--task", TASK])
+    assert "--store-url" not in result.output
+    assert result.exit_code == 2

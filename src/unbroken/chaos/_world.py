@@ -57,6 +57,8 @@ class World:
 
     def discard(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self.harness.kind.drop_store is not None:
+            self.harness.kind.drop_store(self.dir)
 
     def load(self) -> RunState | None:
         """Load the run as a fresh process would; record a violation if it does not load."""
@@ -165,7 +167,10 @@ class World:
         if copy.exists():
             shutil.rmtree(copy)
         shutil.copytree(self.dir, copy)
-        url = self.harness.kind.url(copy)
+        kind = self.harness.kind
+        if kind.copy_store is not None:
+            kind.copy_store(self.dir, copy)
+        url = kind.url(copy)
         recovery = dataclasses.replace(self.job(), url=url, world=copy, recover_only=True)
         snapshots = []
         for attempt in (1, 2):
@@ -187,3 +192,5 @@ class World:
             if first[index] != second[index]:
                 self.fail("recovering twice = once", f"the second recovery changed the {what}")
         shutil.rmtree(copy, ignore_errors=True)
+        if kind.drop_store is not None:
+            kind.drop_store(copy)

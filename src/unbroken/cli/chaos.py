@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -18,7 +20,13 @@ from ._app import friendly_errors, main
 @click.option("--task", required=True, help="The task to run (the agent's model must be scripted or recorded).")
 @click.option("--kills", default=20, show_default=True, help="Random SIGKILLs from outside, on top of the sweep.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random kills.")
-@click.option("--store-kind", type=click.Choice(["sqlite", "file"]), default="sqlite", show_default=True)
+@click.option("--store-kind", type=click.Choice(["sqlite", "file", "postgres"]), default="sqlite", show_default=True)
+@click.option(
+    "--store-url",
+    default=None,
+    help="With --store-kind postgres: the server (postgresql://user@host:port/db); each run gets its own "
+    "schema, dropped at the end. Default: $UNBROKEN_TEST_POSTGRES_URL, else the local server.",
+)
 @click.option("--per-point", default=3, show_default=True, help="Values of n tried per crash point (0: all).")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Where runs go.")
 @friendly_errors
@@ -28,6 +36,7 @@ def chaos(
     kills: int,
     seed: int,
     store_kind: str,
+    store_url: str | None,
     per_point: int,
     workdir: Path | None,
 ) -> None:
@@ -39,20 +48,31 @@ def chaos(
     from rich.table import Table
 
     from .. import chaos as harness
+    from ..chaos._config import POSTGRES_URL_ENV, drop_stores
+    from ..errors import StoreUnavailable
 
+    if store_url:
+        if store_kind != "postgres":
+            raise click.UsageError("--store-url is for --store-kind postgres")
+        os.environ[POSTGRES_URL_ENV] = store_url  # read by the postgres store kind when it names each run's schema
     factory = harness.load_factory(agent_spec)
     console = Console()
     with tempfile.TemporaryDirectory(prefix="unbroken-chaos-", dir=workdir) as scratch:
         root = Path(scratch)
-        report = harness.sweep(
-            factory, task, store_kind=store_kind, workdir=root / "sweep", per_label=per_point or None
-        )
-        if kills > 0:
-            report.merge(
-                harness.random_kills(
-                    factory, task, store_kind=store_kind, workdir=root / "random", kills=kills, seed=seed
-                )
+        try:
+            report = harness.sweep(
+                factory, task, store_kind=store_kind, workdir=root / "sweep", per_label=per_point or None
             )
+            if kills > 0:
+                report.merge(
+                    harness.random_kills(
+                        factory, task, store_kind=store_kind, workdir=root / "random", kills=kills, seed=seed
+                    )
+                )
+        finally:
+            with contextlib.suppress(StoreUnavailable):
+                for part in ("sweep", "random"):
+                    drop_stores(store_kind, root / part)
     table = Table(title=f"unbroken chaos: {agent_spec} on {store_kind}")
     table.add_column("crash point", no_wrap=True)
     for column in ("hits", "runs", "kills", "resumes", "unknown", "violations"):
