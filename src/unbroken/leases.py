@@ -106,5 +106,5 @@ class Heartbeat:
             except LeaseLost as exc:
                 self.lost = exc
                 return
-            except Exception as exc:  # store briefly unreachable: try again next beat
-                self.lost = None if not isinstance(exc, LeaseLost) else exc
+            except Exception:  # the store is briefly unreachable: try again at the next beat
+                continue
