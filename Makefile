@@ -3,32 +3,63 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+BASE   := $(VENV)/.installed-base
 
 .PHONY: demo test check lint typecheck reliability bench clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+$(PY):
+	$(PYTHON) -m venv --without-pip $(VENV)
 
-demo: $(STAMP)  ## the crash-and-resume demo: embedded SQLite, no API key, no network
-	$(VENV)/bin/unbroken demo
+# The demo needs only the package's runtime dependencies (click, rich, orjson) and runs from src/:
+# no pip in the venv, no build of the package; a few seconds on a fresh clone. The host's pip
+# fills the venv (`pip --python`); without one, the venv gets its own pip first.
+DEPS = $(shell $(PYTHON) -c "import shlex, tomllib; print(' '.join(map(shlex.quote, tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'])))")
+
+$(BASE): pyproject.toml | $(PY)
+	if $(PYTHON) -m pip --python $(PY) --version >/dev/null 2>&1; then \
+		$(PYTHON) -m pip --python $(PY) install --quiet --disable-pip-version-check $(DEPS); \
+	else \
+		$(PY) -m ensurepip --default-pip >/dev/null && $(PY) -m pip install --quiet --disable-pip-version-check $(DEPS); \
+	fi
+	touch $(BASE)
+
+# The package itself with the dev extras (test, lint and type-check tools, drivers, SDKs).
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip --default-pip >/dev/null
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP) $(BASE)
+
+demo: $(BASE)  ## the crash-and-resume demo: embedded SQLite, no API key, no network
+	PYTHONPATH=src $(PY) -m unbroken.cli demo
 
 test: $(STAMP)  ## the whole test suite
 	$(PY) -m pytest -q -m "not slow"
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(VENV)/bin/ruff format --check src tests benchmarks examples
+lint: $(STAMP)  ## ruff, then the layering contracts ([tool.importlinter] in pyproject.toml)
+	$(VENV)/bin/ruff check src tests benchmarks examples scripts
+	$(VENV)/bin/ruff format --check src tests benchmarks examples scripts
+	$(VENV)/bin/lint-imports
+
+# Every test folder is checked with mypy --strict too (issue 13, item 4), one folder per run
+# (each has its own conftest); a new test folder joins this list.
+TYPED_TESTS := tests/unit tests/cli tests/faults_kit tests/features tests/reliability tests/integration/providers \
+	tests/integration/postgres tests/integration/frameworks tests/faults tests/browser tests/golden \
+	tests/integration/redis tests/integration/s3 tests/hostile tests/crash tests/contract
+# Helper modules that other tiers import after putting their folder on sys.path (pgtest, provider_server, s3test).
+TEST_HELPERS := tests/integration/postgres:tests/integration/providers:tests/integration/s3
+# tests/integration's own files (its subfolders are listed above); they import core_scripts from tests/unit.
+TYPED_INTEGRATION_FILES := $(wildcard tests/integration/*.py)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
+	MYPYPATH=tests $(VENV)/bin/mypy --strict scripts
+	for dir in $(TYPED_TESTS); do MYPYPATH=$$dir:tests:$(TEST_HELPERS) $(VENV)/bin/mypy --strict $$dir || exit 1; done
+	MYPYPATH=tests/unit:tests $(VENV)/bin/mypy --strict $(TYPED_INTEGRATION_FILES)
 
 check: lint typecheck test  ## everything CI runs
 
 reliability: $(STAMP)  ## long crash sweeps, random kills, fault loops; then every slow test (minutes)
-	$(PY) -m unbroken.reliability
+	$(PY) scripts/reliability.py
 	$(PY) -m pytest -q -m slow
 
 bench: $(STAMP)  ## benchmarks, printed as tables

@@ -152,6 +152,29 @@ class Bench:
         rescuer.wait()
         return float(claimed[-1]) - killed_at
 
+    def concurrent_saves(self, runs: int, turns: int) -> float:
+        """Save points per second when ``runs`` runs save at once, each in its own process (one
+        server): every process appends the workload's turns (2.4 KB each, two saves a turn) to
+        its own run through the store's ``append``, started together."""
+        go = self.tmp / f"go-{runs}"
+        procs = []
+        for index in range(runs):
+            args = [sys.executable, __file__, "--saver", self.url, f"saves-{runs}-{index}", str(turns), str(go)]
+            procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, text=True))
+        for proc in procs:  # each prints "ready" once its store is open and its run deleted
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError("a saver process failed to start")
+        go.touch()
+        reports = []
+        for proc in procs:
+            out, _ = proc.communicate()
+            if proc.returncode != 0:
+                raise RuntimeError("a saver process failed")
+            reports.append(json.loads(out.strip().splitlines()[-1]))
+        saves = sum(report["saves"] for report in reports)
+        return saves / (max(r["end"] for r in reports) - min(r["start"] for r in reports))
+
     def close(self) -> None:
         self.store.close()
         with self.psycopg.connect(self.server, autocommit=True) as conn:
@@ -181,8 +204,27 @@ def main() -> None:
         bench.close()
 
 
+def saver(url: str, run_id: str, turns: int, go: str) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import writer
+    from unbroken.stores import open_store
+
+    store = open_store(url)
+    store.delete_run(run_id)
+    print("ready", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    start = time.time()
+    saves = writer.write_turns(store, run_id, turns)
+    end = time.time()
+    store.close()
+    print(json.dumps({"start": start, "end": end, "saves": saves}), flush=True)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+    if len(sys.argv) > 1 and sys.argv[1] == "--saver":
+        saver(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--child":
         _, _, url, log, turns, sleep, idle = sys.argv
         child(url, log, int(turns), float(sleep), idle == "1")
     else:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import workload
+from bench_crash import spawn_to_done
 from measure import SaveTimes, disk_bytes, files_bytes, interleaved_medians
 
 
@@ -29,6 +31,7 @@ class PeerResult:
     saves: SaveTimes
     disk_bytes: int | None
     resume_seconds: float | None
+    crash_seconds: float | None = None
 
 
 def _drive(turns: int, save: Any) -> SaveTimes:
@@ -136,6 +139,17 @@ def langgraph(workdir: Path, turns: int, repeats: int) -> PeerResult:
         "elapsed = _time.perf_counter() - started\n"
     )
     resume = interleaved_medians({"resume": snippet}, repeats)["resume"]
+    # The cost of a crash for a LangGraph agent, as a lower bound: spawn, import the checkpointer
+    # (not the graph), read the latest checkpoint. A real agent also imports and builds its graph.
+    crash_code = (
+        "import sqlite3, time\n"
+        "from langgraph.checkpoint.sqlite import SqliteSaver\n"
+        f"saver = SqliteSaver(sqlite3.connect({str(db)!r}, check_same_thread=False))\n"
+        f"found = saver.get_tuple({{'configurable': {{'thread_id': {thread_id!r}, 'checkpoint_ns': ''}}}})\n"
+        "assert len(found.checkpoint['channel_values']['messages'])\n"
+        "print(time.monotonic())\n"
+    )
+    crash = statistics.median(spawn_to_done(crash_code) for _ in range(repeats))
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
-    return PeerResult("LangGraph SqliteSaver", turns, times, disk, resume)
+    return PeerResult("LangGraph SqliteSaver", turns, times, disk, resume, crash)

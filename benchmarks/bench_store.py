@@ -1,27 +1,30 @@
 """unbroken's own save path, bytes on disk and resume, per store; and the bare-commit floor.
 
-The turns are driven through the runner's real ``RunSession`` (``record_turn`` makes save point
-A with the assistant message and the pending call, ``record_result`` save point B with the
-tool result), and each call of ``RunSession.save`` is timed: exactly ``Encoder.encode`` +
-``Store.append`` with ``expect_seq`` and the lease's fence + ``Encoder.committed``. The turn
-bookkeeping around it (and no model, no tool) is outside the timed region.
+The turns are played by a real ``Agent.run`` (a model answering from the workload's script,
+a read-only tool), and each call of the engine's own ``RunSession.save`` at save points A
+(the assistant message and its pending call) and B (the tool result) is timed: encoding, the
+size check, ``Store.append`` with ``expect_seq`` and the lease's fence, ``Encoder.committed``.
+The model, the tool and the turn bookkeeping are outside the timed region.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import servers
 import workload
 from measure import SaveTimes, files_bytes, interleaved_medians
 from unbroken import Agent, ScriptedModel, open_store, tool
-from unbroken.leases import Heartbeat
-from unbroken.model import ModelTurn, ProposedCall
+from unbroken.model import ModelTurn, ToolSpec
+from unbroken.providers import anthropic_format as fmt
 from unbroken.session import RunSession
-from unbroken.state import LedgerEntry, ToolResult
+from unbroken.state import JSONValue
 from unbroken.stores.base import Store
 
 POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -51,6 +54,8 @@ STORE_KINDS = [
     ),
     StoreKind("file", lambda d: f"file://{d}/filestore", lambda d: [d / "filestore"]),
     StoreKind("postgres", lambda d: POSTGRES_URL, None),
+    StoreKind("redis", servers.redis_url, None),  # its own redis-server, appendfsync always
+    StoreKind("s3 (moto)", servers.s3_url, None),
 ]
 
 
@@ -84,40 +89,56 @@ class BareCommit:
         self.conn.close()
 
 
+class WorkloadModel(ScriptedModel):
+    """The workload's answers, taken by a counter instead of ScriptedModel's count of the assistant
+    messages in the history (an O(history) scan per turn that is no part of what is measured)."""
+
+    def __init__(self, turns: int) -> None:
+        super().__init__(workload.script(turns))
+        self.answered = 0
+
+    def complete(self, messages: Sequence[JSONValue], tools: Sequence[ToolSpec], system: str | None) -> ModelTurn:
+        response = self.responses[self.answered]
+        self.answered += 1
+        content = json.loads(json.dumps(response["content"]))  # a private copy, as an SDK would give
+        calls = fmt.tool_calls(content)
+        stop = response.get("stop_reason")
+        done = not calls and stop in fmt.FINAL_STOP_REASONS
+        usage = dict(response.get("usage") or {})
+        return fmt.assistant_turn(content, calls, usage, stop_reason=stop, text=fmt.text_of(content), done=done)
+
+
+TIMED_LABELS = frozenset({"model_turn", "tools_done"})
+
+
 def drive_saves(store: Store, run_id: str, turns: int, after_each: Callable[[], None] | None = None) -> SaveTimes:
-    """Play ``turns`` turns through the runner's save points; time each ``RunSession.save``."""
-    agent = Agent(model=ScriptedModel([]), tools=[read_ticket], store=store, lease_ttl=3600.0)
-    lease = store.acquire_lease(run_id, agent.owner, 3600.0)
-    session = RunSession(agent, run_id, lease, Heartbeat(store, lease, 3600.0))  # heartbeat thread never started
-    session.open(workload.TASK, None)
+    """Run a real ``Agent.run`` of ``turns`` turns and time each call of the engine's own
+    ``RunSession.save`` at save points A and B (``after_each`` runs right after each)."""
     times = SaveTimes()
-    real_save = session.save
+    real_save = RunSession.save
     clock = time.perf_counter
 
-    def timed_save(label: str, *, ledger: Iterable[LedgerEntry] = (), force_snapshot: bool = False) -> None:
+    def timed_save(session: RunSession, label: str, **kwargs: Any) -> None:
+        if label not in TIMED_LABELS:
+            real_save(session, label, **kwargs)
+            return
         started = clock()
-        real_save(label, ledger=ledger, force_snapshot=force_snapshot)
+        real_save(session, label, **kwargs)
         times.samples.append(clock() - started)
         if after_each is not None:
             after_each()
 
-    session.save = timed_save  # type: ignore[method-assign]  # the runner calls self.save: time exactly that
-    for turn in range(turns):
-        usage = workload.usage(turn)
-        answer = ModelTurn(
-            messages=[workload.assistant_message(turn)],
-            tool_calls=[ProposedCall(workload.call_id(turn), workload.TOOL_NAME, workload.tool_input(turn))],
-            usage=dict(usage),
-            tokens=sum(usage.values()),
-            stop_reason="tool_use",
-            done=False,
+    agent = Agent(WorkloadModel(turns), [read_ticket], store, max_turns=turns + 1, lease_ttl=3600.0)
+    RunSession.save = timed_save  # type: ignore[method-assign,assignment]  # time exactly what the engine calls
+    try:
+        result = agent.run(workload.TASK, run_id=run_id)
+    finally:
+        RunSession.save = real_save  # type: ignore[method-assign]
+    if result.status != "completed" or len(times.samples) != 2 * turns:
+        raise RuntimeError(
+            f"expected a completed run with {2 * turns} saves at points A and B; got {result.status} "
+            f"with {len(times.samples)}"
         )
-        session.record_turn(answer)  # save point A: assistant message + pending call
-        call = session.state.pending_calls[0]
-        session.record_result(call, ToolResult(call.id, workload.tool_result_text(turn)), None)  # save point B
-    if len(times.samples) != 2 * turns:
-        raise RuntimeError(f"expected {2 * turns} saves, the runner made {len(times.samples)}")
-    store.release_lease(lease)
     return times
 
 

@@ -1,13 +1,21 @@
-"""unbroken's benchmark: one command, one table, every ratio computed within the same run.
+"""unbroken's benchmark: one command, a few tables, every ratio computed within the same run.
 
-    python benchmarks/run.py                    # 100, 1,000 and 10,000 turns (a few minutes)
-    python benchmarks/run.py --quick            # 100 and 1,000 turns, fewer repeats (~30 s)
+    python benchmarks/run.py                    # every goal, PASS/FAIL (a few minutes; `make bench`)
+    python benchmarks/run.py --full             # + 100,000 and 1,000,000-turn compacted runs, Redis
+                                                #   and S3 at 10,000 turns (~15 minutes)
+    python benchmarks/run.py --quick            # small sizes, fewer repeats (~1 min), for development
     python benchmarks/run.py --turns 100,1000 --json results.json
 
-Each turn is ~2.4 KB of Anthropic-shaped messages and makes two saves (A: the assistant message
-and its pending call; B: the tool result). The machine is shared and noisy, so the floor (a
-bare SQLite commit) is measured interleaved with unbroken's own saves, and resume times are
-medians of fresh processes alternated with the ``json.loads`` baseline.
+Each turn is ~2.4 KB of Anthropic-shaped messages and makes two saves (A: the assistant
+message and its pending call; B: the tool result). The machine is shared and noisy, so the
+floor (a bare SQLite commit) is measured interleaved with unbroken's own saves, and every
+fresh-process figure is a median alternated with its baseline. Tables:
+
+1. saves, bytes on disk and load, per store, beside the textbook rewrite and LangGraph;
+2. the cost of a crash: spawn to the next model request after a SIGKILL, against the floor
+   (python + import unbroken + one orjson parse of the history), and the resume's peak memory;
+3. a compacted run of 1,000 to 1,000,000 turns resumed (issue 16);
+4. PostgreSQL save points per second with 8 and 32 runs saving at once.
 """
 
 from __future__ import annotations
@@ -20,329 +28,287 @@ import sqlite3
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_agent
+import bench_crash
 import bench_import
 import bench_peers
+import bench_scale
 import bench_store
+import report
 import workload
-from measure import SaveTimes
-
-SAVE_TARGET = 1.5
-DISK_TARGET = 2.0
-RESUME_TARGET = 2.0
-IMPORT_TARGET = 0.150
-
-
-@dataclass
-class Row:
-    approach: str
-    turns: int
-    saves: SaveTimes | None
-    disk_bytes: int | None
-    resume_seconds: float | None
-    json_seconds: float | None = None
-    floor: SaveTimes | None = None
-
-
-def _ms(seconds: float | None, digits: int = 3) -> str:
-    return "—" if seconds is None else f"{seconds * 1e3:.{digits}f}"
-
-
-def _ratio(value: float | None, base: float | None) -> str:
-    return "—" if value is None or not base else f"{value / base:.2f}x"
+from report import Results, Row
 
 
 def _parse_turns(text: str) -> list[int]:
     turns = sorted({int(part.replace("_", "")) for part in text.split(",") if part.strip()})
     if not turns or turns[0] < 1:
-        raise argparse.ArgumentTypeError("--turns takes positive integers, e.g. 100,1000,10000")
+        raise argparse.ArgumentTypeError("takes positive integers, e.g. 100,1000,10000")
     return turns
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--turns", type=_parse_turns, default=None, help="history lengths (default 100,1000,10000)")
-    parser.add_argument("--quick", action="store_true", help="100 and 1,000 turns, 3 repeats (~30 s)")
-    parser.add_argument("--repeats", type=int, default=None, help="fresh processes per resume figure (default 5)")
-    parser.add_argument(
-        "--peer-max-turns",
-        type=int,
-        default=None,
-        help="largest history for the O(N^2) peers (default 1000; 100 with --quick)",
-    )
-    parser.add_argument("--agent-turns", type=int, default=None, help="turns of the end-to-end Agent run (default 100)")
-    parser.add_argument(
+    add = parser.add_argument
+    add("--turns", type=_parse_turns, default=None, help="history lengths of table 1 (default 100,1000,10000)")
+    add("--crash-turns", type=_parse_turns, default=None, help="table 2 (default 1000,5000,10000)")
+    add("--scale-turns", type=_parse_turns, default=None, help="table 3 (default 1000,10000,100000,1000000)")
+    add("--fleet-runs", type=_parse_turns, default=None, help="table 4: concurrent runs (default 8,32)")
+    add("--quick", action="store_true", help="100 and 1,000 turns, 3 repeats, small tables 2-4 (~1 min)")
+    add("--full", action="store_true", help="+ compacted 100,000/1,000,000 turns, every store at 10,000")
+    add("--repeats", type=int, default=None, help="fresh processes per figure (default 5)")
+    add("--peer-max-turns", type=int, default=None, help="largest history for the O(N^2) peers (default 1000)")
+    add("--agent-turns", type=int, default=None, help="turns of the end-to-end Agent run (default 100)")
+    add(
         "--stores",
-        default="sqlite full,sqlite normal,file,postgres",
-        help="comma-separated stores to measure (default: all that can be opened)",
+        default="sqlite full,sqlite normal,file,postgres,redis,s3 (moto)",
+        help="stores of table 1 (default: all)",
     )
-    parser.add_argument("--no-peers", action="store_true", help="skip the textbook and LangGraph rows")
-    parser.add_argument("--no-langgraph", action="store_true", help="skip the LangGraph rows")
-    parser.add_argument("--strict", action="store_true", help="exit 1 if a target fails")
-    parser.add_argument("--dir", type=Path, default=None, help="where to put the databases (default: a temp dir)")
-    parser.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
-    args = parser.parse_args(argv)
+    add("--no-peers", action="store_true", help="skip the textbook and LangGraph rows")
+    add("--no-langgraph", action="store_true", help="skip the LangGraph rows")
+    add("--no-crash", action="store_true", help="skip table 2")
+    add("--no-scale", action="store_true", help="skip table 3")
+    add("--no-fleet", action="store_true", help="skip table 4")
+    add("--strict", action="store_true", help="exit 1 if a target fails")
+    add("--dir", type=Path, default=None, help="where to put the databases (default: a temp dir)")
+    add("--json", type=Path, default=None, help="also write every figure to this JSON file")
+    return parser.parse_args(argv)
 
-    turns_list: list[int] = args.turns or ([100, 1000] if args.quick else [100, 1000, 10000])
-    repeats = args.repeats or (3 if args.quick else 5)
-    import_repeats = args.repeats or 7
-    peer_max_turns = args.peer_max_turns or (100 if args.quick else 1000)
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    quick = args.quick
+    turns_list: list[int] = args.turns or ([100, 1000] if quick else [100, 1000, 10000])
+    crash_turns: list[int] = [] if args.no_crash else args.crash_turns or ([1000] if quick else [1000, 5000, 10000])
+    scale_turns: list[int] = (
+        [] if args.no_scale else args.scale_turns or ([1000, 10000, 100000, 1000000] if args.full else [1000, 10000])
+    )
+    fleet_runs: list[int] = [] if args.no_fleet else args.fleet_runs or ([8] if quick else [8, 32])
+    repeats = args.repeats or (3 if quick else 5)
+    peer_max_turns = args.peer_max_turns or (100 if quick else 1000)
     agent_turns = args.agent_turns or min(turns_list[-1], 100)
     wanted = {name.strip() for name in args.stores.split(",") if name.strip()}
     root = Path(tempfile.mkdtemp(prefix="unbroken-bench-", dir=args.dir))
     started = time.perf_counter()
-    notes: list[str] = []
-    rows: list[Row] = []
-    raw: dict[int, int] = {}
+    results = Results()
     try:
-        kinds = []
-        for kind in bench_store.STORE_KINDS:
-            if kind.name not in wanted:
-                continue
-            probe = root / "probe"
-            probe.mkdir(exist_ok=True)
-            why = bench_store.store_available(kind, probe)
-            if why is None:
-                kinds.append(kind)
-            else:
-                notes.append(f"{kind.name} store skipped: {why}")
+        kinds = _available_kinds(root, wanted, results.notes)
         lg_missing = "--no-langgraph" if args.no_peers or args.no_langgraph else bench_peers.langgraph_available()
         if lg_missing and not args.no_peers and not args.no_langgraph:
-            notes.append(f"LangGraph rows skipped: {lg_missing}")
-
-        for turns in turns_list:
+            results.notes.append(f"LangGraph rows skipped: {lg_missing}")
+        if not args.full and not args.scale_turns and not args.no_scale:
+            results.notes.append("compacted runs of 100,000 and 1,000,000 turns: run with --full (~10 min more)")
+        for turns in sorted(set(turns_list) | set(crash_turns)):
             history_path = root / f"history-{turns}.json"
             text = json.dumps(workload.history(turns), ensure_ascii=False, separators=(",", ":"))
             history_path.write_text(text, encoding="utf-8")
-            raw[turns] = len(text.encode())
-            for kind in kinds:
-                workdir = root / f"{kind.name.replace(' ', '-')}-{turns}"
-                workdir.mkdir()
-                _say(f"{kind.name}: {turns} turns")
-                result, json_seconds = bench_store.measure_store(
-                    kind, workdir, turns, repeats, history_path, with_floor=kind.name == "sqlite full"
-                )
-                if result.floor is not None:
-                    rows.append(Row("bare SQLite commit (floor)", turns, result.floor, None, None))
-                rows.append(
-                    Row(
-                        f"unbroken {kind.name}",
-                        turns,
-                        result.saves,
-                        result.disk_bytes,
-                        result.resume_seconds,
-                        json_seconds,
-                        result.floor,
-                    )
-                )
-                shutil.rmtree(workdir)
-            if not args.no_peers and turns <= peer_max_turns:
-                workdir = root / f"peers-{turns}"
-                workdir.mkdir()
-                _say(f"textbook: {turns} turns")
-                peer = bench_peers.textbook(workdir, turns, repeats)
-                rows.append(Row(peer.store, turns, peer.saves, peer.disk_bytes, peer.resume_seconds))
-                if not lg_missing:
-                    _say(f"LangGraph: {turns} turns")
-                    peer = bench_peers.langgraph(workdir, turns, repeats)
-                    rows.append(Row(peer.store, turns, peer.saves, peer.disk_bytes, peer.resume_seconds))
-                shutil.rmtree(workdir)
-            elif not args.no_peers:
-                notes.append(
-                    f"peers skipped at {turns:,} turns: their total cost is O(N^2) (see the extrapolation below)"
-                )
+            if turns in turns_list:
+                results.raw[turns] = len(text.encode())
+                _stores(root, kinds, turns, repeats, history_path, results, args.full)
+                if not args.no_peers and turns <= peer_max_turns:
+                    _peers(root, turns, repeats, lg_missing is not None, results)
+                elif not args.no_peers:
+                    results.notes.append(f"peers skipped at {turns:,} turns: their total cost is O(N^2)")
+            if turns in crash_turns:
+                _say(f"cost of a crash: {turns} turns")
+                crash_repeats = repeats if turns < 5000 else min(repeats, 3)  # ~2 s a repeat at 10,000
+                results.crash.extend(bench_crash.measure(root, turns, crash_repeats, history_path))
             history_path.unlink()
-
+        for turns in scale_turns:
+            _say(f"compacted run: {turns} turns")
+            results.scale.append(bench_scale.measure(root, turns, repeats, _say))
+        if fleet_runs:
+            _fleet(fleet_runs, quick, results)
         _say(f"end-to-end Agent: {agent_turns} turns")
-        agent_rows = []
-        for name, url in (
-            ("sqlite full", f"sqlite:///{root}/agent-full.db"),
-            ("memory", "memory://"),
-        ):
-            agent_rows.append(bench_agent.agent_per_turn(name, url, agent_turns))
+        agent_rows = [
+            bench_agent.agent_per_turn(name, url, agent_turns)
+            for name, url in (("sqlite full", f"sqlite:///{root}/agent-full.db"), ("memory", "memory://"))
+        ]
         _say("import unbroken")
-        import_wall, import_self = bench_import.import_seconds(import_repeats)
+        results.import_wall, import_self = bench_import.import_seconds(args.repeats or 7)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
+    _link_langgraph_crash(results)
     elapsed = time.perf_counter() - started
     print()
-    print(_header(args, turns_list, repeats, elapsed))
+    print(_header(turns_list, repeats, elapsed))
     print()
-    print(_table(rows, raw))
+    print(report.main_table(results.rows, results.raw))
+    if results.crash:
+        print("\nCost of a crash (issue 12 goal 1, issue 16 goal 1):\n")
+        print(report.crash_table(results.crash))
+    if results.scale:
+        print("\nA compacted run resumed (issue 16 goal 2):\n")
+        print(report.scale_table(results.scale))
     print()
+    for runs, rate in results.fleet.items():
+        print(f"PostgreSQL, {runs} runs saving at once (one process each): {rate:,.0f} save points/s")
     for agent in agent_rows:
         print(
             f"End-to-end Agent.run ({agent.store}, ScriptedModel, {agent.turns:,} turns): "
             f"{agent.per_turn_seconds * 1e3:.3f} ms per turn"
         )
     print(
-        f"import unbroken: {import_wall * 1e3:.1f} ms (fresh process minus bare interpreter, median of "
-        f"{import_repeats}); -X importtime cumulative {import_self * 1e3:.1f} ms"
+        f"import unbroken: {results.import_wall * 1e3:.1f} ms (fresh process minus bare interpreter); "
+        f"-X importtime cumulative {import_self * 1e3:.1f} ms"
     )
-    _extrapolate(rows, turns_list, notes)
-    for note in notes:
+    for note in results.notes:
         print(f"Note: {note}")
     print()
-    verdicts = _targets(rows, raw, turns_list, import_wall)
+    verdicts = report.targets(results, turns_list)
     for line in verdicts:
         print(line)
     if args.json is not None:
-        _write_json(args.json, rows, raw, agent_rows, import_wall, import_self, verdicts, notes)
+        _write_json(args.json, results, verdicts)
     return 0 if not args.strict or all(line.startswith("PASS") for line in verdicts) else 1
+
+
+def _available_kinds(root: Path, wanted: set[str], notes: list[str]) -> list[bench_store.StoreKind]:
+    kinds = []
+    for kind in bench_store.STORE_KINDS:
+        if kind.name not in wanted:
+            continue
+        probe = root / "probe"
+        probe.mkdir(exist_ok=True)
+        why = bench_store.store_available(kind, probe)
+        if why is None:
+            kinds.append(kind)
+        else:
+            notes.append(f"{kind.name} store skipped: {why}")
+    return kinds
+
+
+# Stores with no goal at 10,000 turns: by default their rows stop at 1,000 (--full runs them).
+_NO_GOAL_AT_LENGTH = {"sqlite normal", "redis"}
+
+
+def _stores(
+    root: Path,
+    kinds: list[bench_store.StoreKind],
+    turns: int,
+    repeats: int,
+    history: Path,
+    results: Results,
+    full: bool,
+) -> None:
+    for kind in kinds:
+        if kind.name == "s3 (moto)" and turns > 1000:
+            # moto is a Python mock of S3 (~20 ms a save): 10,000 turns would take minutes and
+            # measure moto, not S3. Its rows stop at 1,000 turns.
+            results.notes.append(f"s3 (moto) not run at {turns:,} turns: a mock server, slow at length")
+            continue
+        if kind.name in _NO_GOAL_AT_LENGTH and turns > 1000 and not full:
+            results.notes.append(f"{kind.name} not run at {turns:,} turns (no goal there): run with --full")
+            continue
+        workdir = root / f"{kind.name.replace(' ', '-')}-{turns}"
+        workdir.mkdir()
+        _say(f"{kind.name}: {turns} turns")
+        result, json_seconds = bench_store.measure_store(
+            kind, workdir, turns, repeats, history, with_floor=kind.name == "sqlite full"
+        )
+        if result.floor is not None:
+            results.rows.append(Row("bare SQLite commit (floor)", turns, result.floor, None, None))
+        results.rows.append(
+            Row(
+                f"unbroken {kind.name}",
+                turns,
+                result.saves,
+                result.disk_bytes,
+                result.resume_seconds,
+                json_seconds,
+                result.floor,
+            )
+        )
+        shutil.rmtree(workdir)
+
+
+def _peers(root: Path, turns: int, repeats: int, skip_langgraph: bool, results: Results) -> None:
+    workdir = root / f"peers-{turns}"
+    workdir.mkdir()
+    _say(f"textbook: {turns} turns")
+    peer = bench_peers.textbook(workdir, turns, repeats)
+    results.rows.append(Row(peer.store, turns, peer.saves, peer.disk_bytes, peer.resume_seconds))
+    if not skip_langgraph:
+        _say(f"LangGraph: {turns} turns")
+        peer = bench_peers.langgraph(workdir, turns, repeats)
+        results.rows.append(Row(peer.store, turns, peer.saves, peer.disk_bytes, peer.resume_seconds))
+        if peer.crash_seconds is not None:
+            name = "LangGraph SqliteSaver (import checkpointer + get_tuple)"
+            results.crash.append(bench_crash.CrashRow(name, turns, peer.crash_seconds))
+    shutil.rmtree(workdir)
+
+
+def _link_langgraph_crash(results: Results) -> None:
+    """LangGraph's crash rows are measured with the peers; give them the floor of their size."""
+    floors = {row.turns: row.floor_seconds for row in results.crash if row.approach.startswith("floor")}
+    for row in results.crash:
+        if row.floor_seconds is None:
+            row.floor_seconds = floors.get(row.turns)
+    results.crash = [row for row in results.crash if row.floor_seconds is not None]
+
+
+def _fleet(fleet_runs: list[int], quick: bool, results: Results) -> None:
+    import os
+
+    import bench_fleet
+
+    server = os.environ.get("UNBROKEN_TEST_POSTGRES_URL") or bench_fleet.DEFAULT_URL
+    try:
+        bench = bench_fleet.Bench(server)
+    except Exception as exc:
+        results.notes.append(f"PostgreSQL fleet rows skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+        return
+    try:
+        for runs in fleet_runs:
+            _say(f"PostgreSQL: {runs} runs saving at once")
+            results.fleet[runs] = bench.concurrent_saves(runs, 10 if quick else max(20, 800 // runs))
+    finally:
+        bench.close()
 
 
 def _say(message: str) -> None:
     print(f"  ... {message}", file=sys.stderr, flush=True)
 
 
-def _header(args: argparse.Namespace, turns_list: list[int], repeats: int, elapsed: float) -> str:
+def _header(turns_list: list[int], repeats: int, elapsed: float) -> str:
     per_turn = workload.history_bytes(100) / 100
     return (
         f"unbroken benchmark, {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()} "
         f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}; "
         f"turns {', '.join(f'{t:,}' for t in turns_list)} of ~{per_turn:,.0f} bytes, 2 saves a turn; "
-        f"resume = median of {repeats} fresh processes; took {elapsed:.0f} s"
+        f"fresh-process figures = median of {repeats}; took {elapsed:.0f} s"
     )
 
 
-def _table(rows: list[Row], raw: dict[int, int]) -> str:
-    header = (
-        "| turns | approach | save median ms | save p99 ms | last 200 saves median ms | save / floor "
-        "| disk MB | disk / raw | resume ms | resume / json.loads |"
-    )
-    lines = [header, "|" + "---|" * 10]
-    floors = {row.turns: row.saves.median for row in rows if row.approach.startswith("bare") and row.saves}
-    for turns in sorted(raw):
-        lines.append(f"| {turns:,} | raw history (JSON) | | | | | {raw[turns] / 1e6:.2f} | 1.00x | | |")
-        json_times = [row.json_seconds for row in rows if row.turns == turns and row.json_seconds]
-        if json_times:
-            baseline = sorted(json_times)[len(json_times) // 2]
-            lines.append(
-                f"| {turns:,} | json.loads of the history (fresh process) | | | | | | | {_ms(baseline, 1)} | 1.00x |"
-            )
-        for row in rows:
-            if row.turns != turns:
-                continue
-            saves = row.saves
-            lines.append(
-                "| "
-                + " | ".join(
-                    [
-                        f"{turns:,}",
-                        row.approach,
-                        _ms(saves.median) if saves else "—",
-                        _ms(saves.p99) if saves else "—",
-                        _ms(saves.tail_median()) if saves else "—",
-                        _ratio(saves.median, floors.get(turns)) if saves else "—",
-                        "—" if row.disk_bytes is None else f"{row.disk_bytes / 1e6:.2f}",
-                        _ratio(row.disk_bytes, raw[turns]),
-                        _ms(row.resume_seconds, 1),
-                        _ratio(row.resume_seconds, row.json_seconds),
-                    ]
-                )
-                + " |"
-            )
-    return "\n".join(lines)
-
-
-def _extrapolate(rows: list[Row], turns_list: list[int], notes: list[str]) -> None:
-    measured = [row for row in rows if row.approach.startswith("textbook") and row.saves]
-    missing = [t for t in turns_list if t not in {row.turns for row in measured}]
-    if measured and missing:
-        last = max(measured, key=lambda row: row.turns)
-        assert last.saves is not None
-        for turns in missing:
-            # A textbook save rewrites the whole history, so its cost grows linearly with it.
-            estimate = last.saves.tail_median() * turns / last.turns
-            notes.append(
-                f"textbook JSON rewrite at {turns:,} turns not run: extrapolated ~{estimate * 1e3:.0f} ms per save "
-                f"at the end of the run (linear in history from {last.turns:,} turns), "
-                f"~{estimate * turns:.0f} s in total"
-            )
-
-
-def _targets(rows: list[Row], raw: dict[int, int], turns_list: list[int], import_wall: float) -> list[str]:
-    verdicts = []
-    full = {row.turns: row for row in rows if row.approach == "unbroken sqlite full"}
-    if not full:
-        return ["FAIL no sqlite full figures: the targets could not be checked"]
-    for turns in turns_list:
-        row = full[turns]
-        assert row.saves is not None and row.floor is not None
-        ratio = row.saves.median / row.floor.median
-        verdicts.append(
-            f"{'PASS' if ratio <= SAVE_TARGET else 'FAIL'} save median at sqlite full, {turns:,} turns: "
-            f"{row.saves.median * 1e3:.3f} ms = {ratio:.2f}x the bare commit "
-            f"({row.floor.median * 1e3:.3f} ms); target <= {SAVE_TARGET}x"
-        )
-    for turns in turns_list:
-        row = full[turns]
-        assert row.disk_bytes is not None
-        ratio = row.disk_bytes / raw[turns]
-        verdicts.append(
-            f"{'PASS' if ratio <= DISK_TARGET else 'FAIL'} bytes on disk at sqlite full, {turns:,} turns: "
-            f"{row.disk_bytes / 1e6:.2f} MB = {ratio:.2f}x the raw history; target <= {DISK_TARGET}x"
-        )
-    longest = full[turns_list[-1]]
-    assert longest.resume_seconds is not None and longest.json_seconds
-    ratio = longest.resume_seconds / longest.json_seconds
-    qualifier = "" if turns_list[-1] >= 10000 else " (10,000 turns not run: the longest history measured)"
-    verdicts.append(
-        f"{'PASS' if ratio <= RESUME_TARGET else 'FAIL'} resume at sqlite full, {turns_list[-1]:,} turns"
-        f"{qualifier}: {longest.resume_seconds * 1e3:.1f} ms = {ratio:.2f}x one json.loads of the history "
-        f"({longest.json_seconds * 1e3:.1f} ms); target <= {RESUME_TARGET}x"
-    )
-    verdicts.append(
-        f"{'PASS' if import_wall < IMPORT_TARGET else 'FAIL'} import unbroken: {import_wall * 1e3:.1f} ms; "
-        f"target < {IMPORT_TARGET * 1e3:.0f} ms"
-    )
-    return verdicts
-
-
-def _write_json(
-    path: Path,
-    rows: list[Row],
-    raw: dict[int, int],
-    agent_rows: list[bench_agent.AgentResult],
-    import_wall: float,
-    import_self: float,
-    verdicts: list[str],
-    notes: list[str],
-) -> None:
-    def saves(times: SaveTimes | None) -> dict[str, float] | None:
+def _write_json(path: Path, results: Results, verdicts: list[str]) -> None:
+    def saves(times: object) -> dict[str, float] | None:
         if times is None:
             return None
-        return {
-            "median": times.median,
-            "p99": times.p99,
-            "tail_median": times.tail_median(),
-            "count": len(times.samples),
-        }
+        assert isinstance(times, bench_store.SaveTimes)
+        return {"median": times.median, "p99": times.p99, "tail_median": times.tail_median()}
 
     data = {
-        "raw_history_bytes": raw,
+        "raw_history_bytes": results.raw,
         "rows": [
             {
                 "approach": row.approach,
                 "turns": row.turns,
                 "saves": saves(row.saves),
                 "disk_bytes": row.disk_bytes,
-                "resume_seconds": row.resume_seconds,
+                "load_seconds": row.resume_seconds,
                 "json_loads_seconds": row.json_seconds,
             }
-            for row in rows
+            for row in results.rows
         ],
-        "agent_per_turn_seconds": {f"{a.store}@{a.turns}": a.per_turn_seconds for a in agent_rows},
-        "import_seconds": import_wall,
-        "importtime_seconds": import_self,
+        "crash": [vars(row) for row in results.crash],
+        "scale": [vars(row) for row in results.scale],
+        "fleet_saves_per_second": results.fleet,
+        "import_seconds": results.import_wall,
         "targets": verdicts,
-        "notes": notes,
+        "notes": results.notes,
     }
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 

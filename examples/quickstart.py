@@ -1,23 +1,29 @@
 """A complete resumable agent in one file: run it, kill it, run it again.
 
-    python examples/quickstart.py                      # runs to the end
-    UNBROKEN_CRASH_AT=tool.after_execute:3 python examples/quickstart.py   # dies mid-run (SIGKILL)
-    python examples/quickstart.py                      # resumes where it died; one email, not two
+    pip install -e .                                                    # once, from the repository root
+    python examples/quickstart.py --fresh                               # runs to the end
+    UNBROKEN_CRASH_AT=tool.after_execute:5 python examples/quickstart.py --fresh   # SIGKILLed right after its email
+    python examples/quickstart.py                                       # resumes where it died; one email, not two
 
-State lives in ./quickstart/ (a SQLite store, an outbox, a report). With ANTHROPIC_API_KEY or
-OPENAI_API_KEY set, the same agent runs against the real API; otherwise a scripted model plays.
+``--fresh`` deletes the previous run first, so the steps work again on a second try. State lives
+in $QUICKSTART_DIR, by default ``unbroken-quickstart`` in the system temp directory (a SQLite
+store, an outbox, a report), never in the repository. With ANTHROPIC_API_KEY or OPENAI_API_KEY
+set, the same agent runs against the real API; otherwise a scripted model plays.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 from unbroken import Agent, Found, NotExecuted, ScriptedModel, ToolCall, open_store, tool
 from unbroken.providers import from_env
 
-HERE = Path(os.environ.get("QUICKSTART_DIR", "quickstart"))
+HERE = Path(os.environ.get("QUICKSTART_DIR") or Path(tempfile.gettempdir()) / "unbroken-quickstart")
 TICKETS = {"T-1": "Login fails on mobile", "T-2": "Invoice shows the wrong VAT", "T-3": "Export to CSV is slow"}
 
 
@@ -72,7 +78,9 @@ SCRIPT = [
 
 
 def main() -> None:
-    HERE.mkdir(exist_ok=True)
+    if "--fresh" in sys.argv[1:]:
+        shutil.rmtree(HERE, ignore_errors=True)  # forget the previous run: start over
+    (HERE / "outbox").mkdir(parents=True, exist_ok=True)
     agent = Agent(
         model=from_env(fallback=ScriptedModel(SCRIPT)),
         tools=[read_ticket, write_report, email_team],
@@ -80,8 +88,9 @@ def main() -> None:
         max_turns=20,
     )
     result = agent.run("Summarise the open tickets, write a report, email the team.", run_id="quickstart")
+    emails = len(list((HERE / "outbox").glob("*.json")))
     print(f"{result.status}: {result.output!r} after {result.turns} turns, {result.tokens_used} tokens"
-          f"{' (resumed)' if result.resumed else ''}")  # fmt: skip
+          f"{' (resumed)' if result.resumed else ''}; {emails} email(s) in {HERE / 'outbox'}")  # fmt: skip
 
 
 if __name__ == "__main__":

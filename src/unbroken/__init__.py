@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from .codec import Migrations
 from .errors import (
+    ApprovalError,
+    ApprovalExpired,
     ConcurrentSave,
     ConfigError,
     CorruptCheckpoint,
@@ -22,6 +24,7 @@ from .errors import (
     LeaseLost,
     ModelCallFailed,
     NotJSONValue,
+    RecordTooLarge,
     RunNotFound,
     StateError,
     StoreError,
@@ -31,10 +34,12 @@ from .errors import (
     UnbrokenError,
     Unsupported,
 )
+from .fencing import LeaseGuard, current_lease
 from .ledger import EffectLedger
 from .model import Model, ModelTurn, ProposedCall, ToolSpec
 from .providers.scripted import ScriptedModel
 from .resolve import resolve_call
+from .resources import resource
 from .runner import Agent
 from .session import RunResult
 from .state import SCHEMA_VERSION, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, ToolCall, ToolResult
@@ -47,6 +52,8 @@ __version__ = "0.1.0"
 __all__ = [
     "SCHEMA_VERSION",
     "Agent",
+    "ApprovalError",
+    "ApprovalExpired",
     "ConcurrentSave",
     "ConfigError",
     "CorruptCheckpoint",
@@ -58,6 +65,7 @@ __all__ = [
     "InvalidStoreURL",
     "Lease",
     "LeaseError",
+    "LeaseGuard",
     "LeaseHeld",
     "LeaseLost",
     "LedgerEntry",
@@ -68,6 +76,7 @@ __all__ = [
     "NotExecuted",
     "NotJSONValue",
     "ProposedCall",
+    "RecordTooLarge",
     "RunNotFound",
     "RunResult",
     "RunState",
@@ -88,8 +97,10 @@ __all__ = [
     "Unknown",
     "Unsupported",
     "__version__",
+    "current_lease",
     "effect_from_mcp",
     "open_store",
     "resolve_call",
+    "resource",
     "tool",
 ]

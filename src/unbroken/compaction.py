@@ -21,7 +21,7 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from .model import Model, add_usage
+from .model import HistoryReader, Model, add_usage
 from .state import JSONValue, RunState
 
 Summariser = Callable[[str | None, Sequence[JSONValue]], str | Awaitable[str]]
@@ -91,13 +91,18 @@ class Compactor:
     def cut(self, state: RunState, model: Model) -> int | None:
         """The new ``summary_upto`` (a turn start with every earlier call answered), or None."""
         messages = state.messages
-        turn_starts = getattr(model, "turn_starts", None)
-        if turn_starts is None:
+        if not isinstance(model, HistoryReader):
             return None
-        candidates: list[int] = [index for index in turn_starts(messages) if index > state.summary_upto]
+        turn_starts = model.turn_starts
+        # Only the window is looked at (the cost of a turn must not grow with the run's length,
+        # and after a windowed resume the older messages are not even in memory): everything
+        # before ``summary_upto`` was checked when it was cut, and holds no unanswered call.
+        base = state.summary_upto
+        window = messages[base:]
+        candidates: list[int] = [base + index for index in turn_starts(window) if index > 0]
         if not candidates:
             return None
-        sizes = [self.estimate(message) for message in messages[state.summary_upto :]]
+        sizes = [self.estimate(message) for message in window]
         suffix = [0] * (len(sizes) + 1)
         for offset in range(len(sizes) - 1, -1, -1):
             suffix[offset] = suffix[offset + 1] + sizes[offset]
@@ -105,7 +110,7 @@ class Compactor:
         # Prefer the biggest window that fits; else keep only the latest turn.
         ordered = fitting + [i for i in reversed(candidates) if i not in fitting]
         for index in ordered:
-            if not model.dangling_call_ids(messages[:index]):
+            if not model.dangling_call_ids(messages[base:index]):
                 return index
         return None
 

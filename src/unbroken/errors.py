@@ -9,18 +9,23 @@
     │   ├── ToolDefinitionError     a @tool that cannot be described to a model
     │   └── TaskMismatch            an existing run id was given a different task
     ├── StateError                  the state itself is not storable
-    │   └── NotJSONValue            a value that is not plain JSON (names its path)
+    │   ├── NotJSONValue            a value that is not plain JSON (names its path)
+    │   └── RecordTooLarge          a save no load could read back (over the record cap)
     ├── StoreError                  the store could not do what was asked
     │   ├── StoreUnavailable        cannot reach / open / write the store
     │   ├── RunNotFound             no checkpoint under that run id
     │   ├── CorruptCheckpoint       a record failed its checksum or does not parse
     │   ├── IncompatibleSchema      written by a newer unbroken, or no migration path
     │   ├── ConcurrentSave          someone else advanced the run first
-    │   └── Unsupported             this store cannot do that (says which can)
+    │   ├── Unsupported             this store cannot do that (says which can)
+    │   │   └── MissingStoreFeature the storage service lacks a feature (names it)
+    │   └── InsufficientDurability  the server persists less than the URL asks
     ├── LeaseError
     │   ├── LeaseHeld               another live worker owns the run
     │   └── LeaseLost               our lease was taken over; our write changed nothing
     ├── IdempotencyConflict         one idempotency key, two different argument sets
+    ├── ApprovalError               no such approval request, or it names other arguments
+    │   └── ApprovalExpired         the request is older than its tool's approval_ttl
     ├── ModelCallFailed             the model call raised; the run stays at its last save point
     └── RunInterrupted              asked to stop (worker shutdown); stopped at a save point
 
@@ -74,6 +79,10 @@ class NotJSONValue(StateError):
         )
 
 
+class RecordTooLarge(StateError):
+    """This save would be larger than the record cap every load enforces; nothing was saved."""
+
+
 class StoreError(UnbrokenError):
     """The store failed."""
 
@@ -106,6 +115,14 @@ class Unsupported(StoreError):
     """This store cannot do that."""
 
 
+class MissingStoreFeature(Unsupported):
+    """The storage service lacks a feature this store needs (the message names it); nothing was written."""
+
+
+class InsufficientDurability(StoreError):
+    """The store's server keeps writes less durably than the store URL asks (the message says what to set)."""
+
+
 class LeaseError(UnbrokenError):
     """The run's lease is not ours."""
 
@@ -120,6 +137,14 @@ class LeaseLost(LeaseError):
 
 class IdempotencyConflict(UnbrokenError):
     """This idempotency key was already used with different arguments; nothing was executed."""
+
+
+class ApprovalError(UnbrokenError):
+    """No approval request of this run matches that call and those arguments; nothing was recorded."""
+
+
+class ApprovalExpired(ApprovalError):
+    """The approval request is older than its tool's approval_ttl; resume the run to ask again."""
 
 
 class ModelCallFailed(UnbrokenError):

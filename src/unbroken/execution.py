@@ -1,41 +1,148 @@
-"""Calling a tool: its exceptions become ``is_error`` results the model can react to."""
+"""Calling a tool: its exceptions become ``is_error`` results the model can react to (and a
+logged traceback for the developer); a value that is not JSON is rendered, never turned into
+a failure; a tool past its ``timeout`` is abandoned (``None``: the engine decides what that
+means for its effect class); an oversized result is cut to a head with an honest note."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
+import logging
+import threading
 from typing import Any
 
-from .reconcile import to_content
+from .errors import LeaseError
+from .reconcile import render_content
 from .state import JSONValue, ToolCall, ToolResult
 from .tools import Tool
 
+log = logging.getLogger("unbroken")
 
-def invoke_sync(tool: Tool, call: ToolCall, business_state: dict[str, JSONValue]) -> ToolResult:
-    """Run ``tool`` for ``call``; an exception (or a result that is not JSON) is an error result."""
+
+def invoke_sync(tool: Tool, call: ToolCall, business_state: dict[str, JSONValue]) -> ToolResult | None:
+    """Run ``tool`` for ``call``; an exception is an error result. ``None``: timed out."""
+    if tool.timeout is None:
+        return _call_sync(tool, call, business_state)
+    box: list[ToolResult | LeaseError] = []
+    context = contextvars.copy_context()  # the tool still reaches current_lease() in its thread
+
+    def work() -> None:
+        try:
+            box.append(context.run(_call_sync, tool, call, business_state))
+        except LeaseError as exc:  # handed to the caller's thread, which ends the session
+            box.append(exc)
+
+    # A thread cannot be killed: past the timeout it is left running (daemon) and abandoned.
+    worker = threading.Thread(target=work, name=f"unbroken-tool-{tool.name}", daemon=True)
+    worker.start()
+    worker.join(tool.timeout)
+    if not box:
+        return None
+    if isinstance(box[0], LeaseError):
+        raise box[0]
+    return box[0]
+
+
+def _call_sync(tool: Tool, call: ToolCall, business_state: dict[str, JSONValue]) -> ToolResult:
     try:
         value = tool.fn(**tool.arguments(call, business_state))
         if inspect.isawaitable(value):
             import asyncio  # lazily: importing asyncio costs ~35 ms at `import unbroken`
 
             value = asyncio.run(_await(value))
-        return ToolResult(call.id, to_content(value))
+    except LeaseError:
+        raise  # the tool's own lease check (or fenced service) refused: nothing was done
     except Exception as exc:
-        return ToolResult(call.id, f"{type(exc).__name__}: {exc}", is_error=True)
+        return failed(tool, call, exc)
+    return ToolResult(call.id, render_content(value))
 
 
 async def _await(value: Any) -> Any:
     return await value
 
 
-async def invoke_async(tool: Tool, call: ToolCall, business_state: dict[str, JSONValue]) -> ToolResult:
+async def invoke_async(tool: Tool, call: ToolCall, business_state: dict[str, JSONValue]) -> ToolResult | None:
     """Async twin of ``invoke_sync``; a sync tool runs in a worker thread."""
-    try:
-        if tool.is_async:
-            value = await tool.fn(**tool.arguments(call, business_state))
-        else:
-            import asyncio  # lazily: importing asyncio costs ~35 ms at `import unbroken`
+    import asyncio  # lazily: importing asyncio costs ~35 ms at `import unbroken`
 
-            value = await asyncio.to_thread(tool.fn, **tool.arguments(call, business_state))
-        return ToolResult(call.id, to_content(value))
+    scope = asyncio.timeout(tool.timeout)
+    try:
+        async with scope:
+            if tool.is_async:
+                value = await tool.fn(**tool.arguments(call, business_state))
+            elif tool.timeout is not None:
+                value = await _in_own_thread(tool, call, business_state)
+            else:
+                value = await asyncio.to_thread(tool.fn, **tool.arguments(call, business_state))
+            if inspect.isawaitable(value):
+                value = await value
+    except LeaseError:
+        raise  # the tool's own lease check (or fenced service) refused: nothing was done
     except Exception as exc:
-        return ToolResult(call.id, f"{type(exc).__name__}: {exc}", is_error=True)
+        if isinstance(exc, TimeoutError) and scope.expired():
+            return None
+        return failed(tool, call, exc)
+    return ToolResult(call.id, render_content(value))
+
+
+async def _in_own_thread(tool: Tool, call: ToolCall, business_state: dict[str, JSONValue]) -> Any:
+    """A sync tool with a timeout runs in its own daemon thread, not the loop's executor: a
+    hung one is abandoned without holding up ``asyncio.run``'s shutdown."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if done.done():
+            return  # abandoned past its timeout
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(value)
+
+    def work() -> None:
+        value, error = None, None
+        try:
+            value = context.run(tool.fn, **tool.arguments(call, business_state))
+        except Exception as exc:
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits for this result
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=work, name=f"unbroken-tool-{tool.name}", daemon=True).start()
+    return await done
+
+
+def failed(tool: Tool, call: ToolCall, exc: Exception) -> ToolResult:
+    """The model sees the exception's type and message; the developer gets the traceback."""
+    log.error("tool %s raised %s (call %s)", tool.name, type(exc).__name__, call.id, exc_info=exc)
+    return ToolResult(call.id, f"{type(exc).__name__}: {exc}", is_error=True)
+
+
+def timed_out_result(tool: Tool, call: ToolCall) -> ToolResult:
+    """The ``is_error`` result of a call abandoned past its timeout (not a side effect)."""
+    text = (
+        f"TIMED OUT: the call to {tool.name} (call id {call.id}) did not return within {tool.timeout:g} s "
+        "and was abandoned; no result is available."
+    )
+    return ToolResult(call.id, text, is_error=True)
+
+
+def cut_result(result: ToolResult, max_bytes: int | None) -> ToolResult:
+    """Keep a result's head when its UTF-8 text is over ``max_bytes``, with a note saying the
+    call succeeded (or failed) and its output was cut, so every save of it can be loaded."""
+    if max_bytes is None or len(result.content) * 4 <= max_bytes:
+        return result
+    raw = result.content.encode("utf-8")
+    if len(raw) <= max_bytes:
+        return result
+    head = raw[:max_bytes].decode("utf-8", errors="ignore")
+    outcome = "failed" if result.is_error else "succeeded"
+    note = (
+        f"\n[unbroken: the call {outcome}; its output was {len(raw):,} bytes and was cut to the first "
+        f"{len(head.encode('utf-8')):,} (Agent max_result_bytes) so that the run's saves stay loadable]"
+    )
+    return ToolResult(result.call_id, head + note, result.is_error, result.how)

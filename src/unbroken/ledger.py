@@ -154,7 +154,7 @@ def unknown_result(call: ToolCall, reason: str = "") -> ToolResult:
     detail = f" ({reason})" if reason else ""
     text = (
         f"UNKNOWN OUTCOME: the call to {call.name} (call id {call.id}, idempotency key "
-        f"{call.idempotency_key}) was interrupted by a crash before its result was recorded. "
+        f"{call.idempotency_key}) was interrupted (a crash, a timeout) before its result was recorded. "
         f"It may or may not have taken effect{detail}. Do not assume either: verify whether it "
         "happened (for example by reading back what it would have changed) before trying it again."
     )

@@ -56,9 +56,10 @@ class ModelTurn:
 class Model(Protocol):
     """A model the runner can drive. ``provider`` names the message format of the history.
 
-    A model may also set ``messages_are_json = True`` when it builds every message from parsed
-    JSON (as the SDK adapters and ``ScriptedModel`` do); saves then skip re-checking each
-    message for tuples and non-str keys. Without it, every new message is checked."""
+    Optional capabilities are declared as their own protocols below, never sniffed: a model
+    may also be a ``HistoryReader`` (``find_calls``, ``turn_starts``) and ``JSONMessages``
+    (``messages_are_json = True``: every message comes from parsed JSON, as with the SDK
+    adapters and ``ScriptedModel``; saves then skip re-checking each message)."""
 
     provider: str
 
@@ -83,6 +84,35 @@ class Model(Protocol):
     def dangling_call_ids(self, messages: Sequence[JSONValue]) -> list[str]:
         """Ids of tool calls in ``messages`` that have no result (the provider would reject them)."""
         ...
+
+
+@runtime_checkable
+class HistoryReader(Protocol):
+    """Optional capability of a ``Model``: reading its own history back. The engine uses
+    ``find_calls`` to rebuild a call found unanswered in a history (repair), and compaction
+    uses ``turn_starts`` to cut only between turns. The provider adapters and
+    ``ScriptedModel`` have it; a model without it gets neither (checked with ``isinstance``)."""
+
+    def find_calls(self, messages: Sequence[JSONValue], call_ids: Sequence[str]) -> list[ProposedCall]:
+        """The calls with these ids, read back from the assistant messages (in ``call_ids`` order)."""
+        ...
+
+    def turn_starts(self, messages: Sequence[JSONValue]) -> list[int]:
+        """Indexes of the messages that start a turn (a cut there leaves no call unanswered)."""
+        ...
+
+
+@runtime_checkable
+class JSONMessages(Protocol):
+    """Optional capability of a ``Model``: ``messages_are_json`` true when it builds every
+    message from parsed JSON, so saves skip re-checking each message (``codec.Encoder``)."""
+
+    messages_are_json: bool
+
+
+def messages_are_json(model: Model) -> bool:
+    """Whether ``model`` declares (``JSONMessages``) that its messages are plain parsed JSON."""
+    return isinstance(model, JSONMessages) and model.messages_are_json is True
 
 
 def add_usage(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:

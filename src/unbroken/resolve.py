@@ -32,8 +32,9 @@ def resolve_call(
     try:
         decoded = store.decode(run_id)
         state = decoded.state
-        call = next((c for c in state.pending_calls if c.id == call_id), None)
-        if call is None or call_id in state.results:
+        # The first unsettled call with that id (a provider may reuse ids), or with that key.
+        call = next((c for c in state.dangling_calls() if call_id in (c.id, c.idempotency_key)), None)
+        if call is None:
             open_ids = ", ".join(c.id for c in state.dangling_calls()) or "none"
             raise ConfigError(f"run {run_id!r} has no unsettled call {call_id!r}; unsettled calls: {open_ids}")
         encoder = Encoder()
@@ -42,11 +43,11 @@ def resolve_call(
         entry = store.ledger_get(run_id, call.idempotency_key)
         if result is not None:
             settled = ToolResult(call.id, result, is_error, "resolved")
-            state.results[call.id] = settled
+            state.results[call.idempotency_key] = settled
             if entry is not None:
                 ledger_entries = (EffectLedger.outcome(entry, settled),)
         else:
-            state.resolutions[call.id] = "not_executed"
+            state.resolutions[call.idempotency_key] = "not_executed"
         if state.phase == "paused":
             state.phase = "running_tools"
             state.error = None

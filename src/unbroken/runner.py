@@ -1,8 +1,10 @@
-"""The agent loop: load or start, ask the model, save A, run tools, save B, repeat.
+"""``Agent``: an immutable description of an agent (model, tools, policies), and the two
+drivers of its step machine, ``run`` and ``arun``.
 
-No SQL and no SDK here: the store persists, the model speaks its provider's format, and
-``reconcile.decide`` says what each tool call may do. ``Agent.run`` and ``Agent.arun`` share
-every durable step (``RunSession``); they differ only in how the model and tools are awaited.
+No SQL and no SDK here: the store persists, the model speaks its provider's format, the
+engine (``engine.py``) owns the order of every step, and ``reconcile`` says what each tool
+call may do. Per-run things (the store, the lease owner, the stop signal) are arguments of
+``run``/``arun``; the agent's own ``store`` is the default store.
 """
 
 from __future__ import annotations
@@ -12,19 +14,22 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Any, Literal
 
-from . import crashpoints
+from . import conversation, hooks
+from . import resources as run_resources
 from .codec import MIGRATIONS
 from .compaction import Compactor
-from .errors import ConfigError, ModelCallFailed, RunNotFound
-from .execution import invoke_async, invoke_sync
-from .leases import Heartbeat, acquire, make_owner
-from .ledger import EffectLedger
+from .conversation import TurnsPer
+from .engine import drive_async, drive_sync
+from .errors import ConfigError, LeaseLost, RunNotFound
+from .hooks import Hook
+from .leases import Heartbeat, make_owner, take_lease
 from .model import Model
-from .reconcile import Decision, decide
+from .resources import Opener
 from .session import RunResult, RunSession
-from .state import JSONValue, RunState, ToolCall, check_run_id
+from .state import JSONValue, RunState, check_run_id
 from .stores.base import Store
 from .tools import Tool, as_tool
 
@@ -33,12 +38,20 @@ UNKNOWN_POLICIES: tuple[str, ...] = ("tell_model", "pause", "fail")
 BusinessStateMigration = Callable[[dict[str, JSONValue]], dict[str, JSONValue]]
 ContextBuilder = Callable[[RunState], Sequence[JSONValue]]
 
+DEFAULT_MAX_RESULT_BYTES = 4 * 1024 * 1024
+"""A tool result longer than this (UTF-8) is cut to its head with a note (Agent max_result_bytes)."""
+
 
 class Agent:
-    """A resumable agent: a model, its tools and a store.
+    """A resumable agent: a model, its tools, its policies, and a default store.
 
     ``run(task, run_id=...)`` starts the run, or resumes it from its last save point if the
-    store already holds it. Every save point is durable before the next step starts."""
+    store already holds it. Every save point is durable before the next step starts.
+
+    An ``Agent`` is immutable once built (``agent.x = ...`` raises): derive a changed one with
+    ``agent.replace(store=..., model=..., tools=...)``, and pass per-run things to ``run``."""
+
+    _frozen = False
 
     def __init__(
         self,
@@ -51,10 +64,15 @@ class Agent:
         unknown_policy: UnknownPolicy = "tell_model",
         snapshot_every: int = 50,
         lease_ttl: float = 30.0,
+        lease_grace: float | None = None,
         business_state_version: int = 1,
         business_state_migrations: Mapping[int, BusinessStateMigration] | None = None,
         context: ContextBuilder | None = None,
         compaction: Compactor | None = None,
+        max_attempts: int = 3,
+        max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES,
+        hooks: Iterable[Hook] = (),
+        resources: Mapping[str, Opener] | None = None,
     ) -> None:
         if unknown_policy not in UNKNOWN_POLICIES:
             raise ConfigError(f"unknown_policy must be one of {', '.join(UNKNOWN_POLICIES)}, not {unknown_policy!r}")
@@ -62,40 +80,98 @@ class Agent:
             raise ConfigError("max_turns must be at least 1")
         if lease_ttl <= 0:
             raise ConfigError("lease_ttl must be positive")
+        if lease_grace is not None and lease_grace < 0:
+            raise ConfigError("lease_grace must be zero or more seconds (or None: lease_ttl)")
+        if max_attempts < 1:
+            raise ConfigError("max_attempts must be at least 1")
+        if max_result_bytes is not None and max_result_bytes < 1024:
+            raise ConfigError("max_result_bytes must be at least 1024 (or None for no cut)")
         if store is None:
             from .stores import open_store
 
             store = open_store()
-        self.model = model
-        self.tools: dict[str, Tool] = {}
+        by_name: dict[str, Tool] = {}
         for item in tools:
             tool = as_tool(item)
-            if tool.name in self.tools:
+            if tool.name in by_name:
                 raise ConfigError(f"two tools are named {tool.name!r}")
-            self.tools[tool.name] = tool
+            by_name[tool.name] = tool
+        self._given: dict[str, Any] = {
+            "model": model,
+            "tools": list(by_name.values()),
+            "store": store,
+            "max_turns": max_turns,
+            "system": system,
+            "unknown_policy": unknown_policy,
+            "snapshot_every": snapshot_every,
+            "lease_ttl": lease_ttl,
+            "lease_grace": lease_grace,
+            "business_state_version": business_state_version,
+            "business_state_migrations": business_state_migrations,
+            "context": context,
+            "compaction": compaction,
+            "max_attempts": max_attempts,
+            "max_result_bytes": max_result_bytes,
+            "hooks": tuple(hooks),
+            "resources": resources,
+        }
+        self.model = model
+        self.tools: Mapping[str, Tool] = MappingProxyType(by_name)
         self.store = store
         self.max_turns = max_turns
         self.system = system
         self.unknown_policy: UnknownPolicy = unknown_policy
         self.snapshot_every = snapshot_every
         self.lease_ttl = lease_ttl
+        self.lease_grace = lease_grace
+        """After taking over a run from a holder that is not provably dead, how long past its
+        lease expiry a "not executed" probe is distrusted (None: ``lease_ttl``; docs/effects.md)."""
         self.business_state_version = business_state_version
-        self.business_state_migrations = dict(business_state_migrations or {})
+        self.business_state_migrations: Mapping[int, BusinessStateMigration] = MappingProxyType(
+            dict(business_state_migrations or {})
+        )
         self.compaction = compaction
         if context is None and compaction is not None:
             context = lambda state: compaction.context(state, model)  # noqa: E731
         self.context: ContextBuilder = context or (lambda state: state.messages)
+        self.max_attempts = max_attempts
+        """How many times one call may be started before a resume settles it without running it
+        (a tool that kills its own process is not run forever)."""
+        self.max_result_bytes = max_result_bytes
+        """A tool result over this many UTF-8 bytes keeps its head and a note saying it was cut."""
+        self.hooks: tuple[Hook, ...] = self._given["hooks"]
+        """Callables given every event of a run (``unbroken.hooks``); a hook that raises is logged."""
+        self.resources: Mapping[str, Opener] = MappingProxyType(dict(resources or {}))
+        """Openers by descriptor kind: ``resource(name)`` reopens business_state[name] (``unbroken.resources``)."""
         self.owner = make_owner()
+        """This agent's own lease owner name, under which a ``Worker`` claims runs (and then passes
+        it: ``run(owner=agent.owner)`` re-enters that claim). A ``run``/``arun`` call without
+        ``owner`` takes the lease under a name of its own, so two callers in one process on one
+        run are refused like two processes (``LeaseHeld``), never handed the same live lease."""
         self.migrations = MIGRATIONS
         self.stop_requested = threading.Event()
-        """Set it from any thread (a worker does on SIGTERM) to make a run stop right after its
-        next save point, raising ``RunInterrupted``; its lease is released and it resumes later."""
+        """The default stop signal: set it from any thread to make a run stop right after its next
+        save point, raising ``RunInterrupted`` (``run(stop=...)`` passes one per run instead)."""
+        self._frozen = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self._frozen:
+            raise AttributeError(
+                f"Agent is immutable: use agent.replace({name}=...) for a changed copy, or pass per-run "
+                "things (store, owner, stop) to run()/arun()"
+            )
+        object.__setattr__(self, name, value)
+
+    def replace(self, **changes: Any) -> Agent:
+        """A new Agent like this one with ``changes`` (any constructor argument)."""
+        unknown = sorted(set(changes) - set(self._given))
+        if unknown:
+            raise ConfigError(f"Agent has no option {unknown[0]!r}")
+        return Agent(**{**self._given, **changes})
 
     @property
     def tool_specs(self) -> list[Any]:
         return [tool.spec for tool in self.tools.values()]
-
-    # ------------------------------------------------------------------ sync
 
     def run(
         self,
@@ -103,91 +179,16 @@ class Agent:
         *,
         run_id: str | None = None,
         business_state: Mapping[str, JSONValue] | None = None,
+        store: Store | None = None,
+        owner: str | None = None,
+        stop: threading.Event | None = None,
     ) -> RunResult:
         """Start or resume a run and drive it until it completes, hits ``max_turns``, pauses or
-        fails. A finished run returns its stored result without calling the model."""
-        started = time.perf_counter()
-        with self._hold(task, run_id, business_state) as session:
-            if session.state.finished:
-                return session.result(None)
-            if not self._reconcile_sync(session):
-                return session.result(_since(started, session))
-            resume_seconds = _since(started, session)
-            self._loop_sync(session)
-            return session.result(resume_seconds)
-
-    @contextmanager
-    def _hold(
-        self, task: str | None, run_id: str | None, business_state: Mapping[str, JSONValue] | None
-    ) -> Iterator[RunSession]:
-        """Take the run's lease (heartbeat running), open or start the run; release on exit."""
-        run_id = check_run_id(run_id) if run_id is not None else f"run-{uuid.uuid4().hex[:12]}"
-        if task is None and not self.store.exists(run_id):
-            raise RunNotFound(f"no run {run_id!r} to resume in {self.store.url}; give a task to start it")
-        lease = acquire(self.store, run_id, self.owner, self.lease_ttl)
-        try:
-            with Heartbeat(self.store, lease, self.lease_ttl) as heartbeat:
-                session = RunSession(self, run_id, lease, heartbeat)
-                session.open(task, business_state)
-                yield session
-        finally:
-            self.store.release_lease(lease)
-
-    def _reconcile_sync(self, session: RunSession) -> bool:
-        state = session.state
-        if state.phase not in ("running_tools", "paused"):
-            return True
-        for call in state.dangling_calls():
-            if not self._settle_sync(session, call, resuming=True):
-                return False
-        if state.phase in ("running_tools", "paused"):
-            session.finish_tools()
-        return True
-
-    def _settle_sync(self, session: RunSession, call: ToolCall, *, resuming: bool) -> bool:
-        decision = decide(call, self.tools.get(call.name), session.ledger, session.state.resolutions.get(call.id))
-        if decision.action == "unknown":
-            return session.handle_unknown(call, decision)
-        if decision.action == "answer":
-            assert decision.result is not None
-            if resuming:
-                session.reconciled.append((call.id, call.name, decision.result.how))
-            session.record_result(call, decision.result, decision.entry)
-            return True
-        tool = self.tools[call.name]
-        crashpoints.hit("tool.before_execute")
-        result = invoke_sync(tool, call, session.state.business_state)
-        crashpoints.hit("tool.after_execute")
-        if resuming:
-            session.reconciled.append((call.id, call.name, "re-run" if tool.effect != "side_effect" else "executed"))
-        entry = EffectLedger.outcome(decision.entry, result) if decision.entry is not None else None
-        session.record_result(call, result, entry)
-        crashpoints.hit("tool.after_outcome")
-        return True
-
-    def _loop_sync(self, session: RunSession) -> None:
-        state = session.state
-        while not state.finished:
-            if state.turns >= self.max_turns:
-                session.stop_for_max_turns()
-                return
-            if session.repair_dangling() and not self._reconcile_sync(session):
-                return
-            session.compact()
-            crashpoints.hit("model.before_call")
-            try:
-                turn = self.model.complete(self.context(state), self.tool_specs, self.system)
-            except Exception as exc:
-                raise ModelCallFailed(
-                    f"model call for run {session.run_id!r} failed ({type(exc).__name__}: {exc}); the run is "
-                    f"saved at save point {state.save_seq} and resumes from there"
-                ) from exc
-            session.record_turn(turn)
-            for call in list(state.pending_calls):
-                if not self._settle_sync(session, call, resuming=False):
-                    return
-
-    # ------------------------------------------------------------------ async
+        fails. A finished run returns its stored result without calling the model. ``store`` and
+        ``stop`` default to the agent's own; ``owner`` (the lease owner name) to a new one per call."""
+        with self._hold(task, run_id, business_state, store, owner, stop) as session:
+            drive_sync(session)
+            return session.result(session.resume_seconds or session.since_start())
 
     async def arun(
         self,
@@ -195,85 +196,101 @@ class Agent:
         *,
         run_id: str | None = None,
         business_state: Mapping[str, JSONValue] | None = None,
+        store: Store | None = None,
+        owner: str | None = None,
+        stop: threading.Event | None = None,
     ) -> RunResult:
-        """Async twin of ``run``: awaits an async model, and runs the calls of one turn concurrently
-        (sync tools in threads). Each result is durable as soon as it is recorded."""
+        """Async twin of ``run``, with the same steps in the same order: awaits an async model,
+        and lets the calls of one turn run concurrently (sync tools in threads). Each result is
+        durable as soon as it is recorded."""
+        with self._hold(task, run_id, business_state, store, owner, stop) as session:
+            await drive_async(session)
+            return session.result(session.resume_seconds or session.since_start())
+
+    def send(
+        self,
+        run_id: str,
+        message: str,
+        *,
+        max_turns: int | None = None,
+        turns_per: TurnsPer = "request",
+        message_id: str | None = None,
+        store: Store | None = None,
+        owner: str | None = None,
+        stop: threading.Event | None = None,
+    ) -> RunResult:
+        """Continue the conversation ``run_id`` with a follow-up user message, and drive it like
+        ``run`` (a run that does not exist is started with it). The message is durable before
+        the model sees it; if calls are in flight it is delivered once they are settled.
+        ``max_turns`` (default: the agent's) counts for this request, or for the whole run with
+        ``turns_per="run"``. A retry with the same ``message_id`` adds nothing. See
+        docs/conversations.md."""
+        with conversation.opened(
+            self, run_id, message, max_turns, turns_per, message_id, store=store, owner=owner, stop=stop
+        ) as session:
+            drive_sync(session)
+            return session.result(session.resume_seconds or session.since_start())
+
+    async def asend(
+        self,
+        run_id: str,
+        message: str,
+        *,
+        max_turns: int | None = None,
+        turns_per: TurnsPer = "request",
+        message_id: str | None = None,
+        store: Store | None = None,
+        owner: str | None = None,
+        stop: threading.Event | None = None,
+    ) -> RunResult:
+        """Async twin of ``send`` (drives the run like ``arun``)."""
+        with conversation.opened(
+            self, run_id, message, max_turns, turns_per, message_id, store=store, owner=owner, stop=stop
+        ) as session:
+            await drive_async(session)
+            return session.result(session.resume_seconds or session.since_start())
+
+    @contextmanager
+    def _hold(
+        self,
+        task: str | None,
+        run_id: str | None,
+        business_state: Mapping[str, JSONValue] | None,
+        store: Store | None,
+        owner: str | None,
+        stop: threading.Event | None,
+    ) -> Iterator[RunSession]:
+        """Take the run's lease (heartbeat running), open or start the run; release on exit."""
         started = time.perf_counter()
-        with self._hold(task, run_id, business_state) as session:
-            if session.state.finished:
-                return session.result(None)
-            if not await self._settle_all_async(session, session.state.dangling_calls(), resuming=True):
-                return session.result(_since(started, session))
-            if session.state.phase in ("running_tools", "paused"):
-                session.finish_tools()
-            resume_seconds = _since(started, session)
-            await self._loop_async(session)
-            return session.result(resume_seconds)
-
-    async def _settle_all_async(self, session: RunSession, calls: Sequence[ToolCall], *, resuming: bool) -> bool:
-        if session.state.phase not in ("running_tools", "paused"):
-            return True
-        # Decide sequentially (ledger writes are quick), then run the executable calls concurrently.
-        # Unknown outcomes are handled last: a policy that stops the run must not leave a call
-        # that was already claimed (intent saved) unexecuted, or it would look in doubt later.
-        runnable: list[tuple[ToolCall, Decision]] = []
-        unknown: list[tuple[ToolCall, Decision]] = []
-        for call in calls:
-            decision = decide(call, self.tools.get(call.name), session.ledger, session.state.resolutions.get(call.id))
-            if decision.action == "unknown":
-                unknown.append((call, decision))
-            elif decision.action == "answer":
-                assert decision.result is not None
-                if resuming:
-                    session.reconciled.append((call.id, call.name, decision.result.how))
-                session.record_result(call, decision.result, decision.entry)
-            else:
-                runnable.append((call, decision))
-
-        async def execute(call: ToolCall, decision: Decision) -> None:
-            tool = self.tools[call.name]
-            crashpoints.hit("tool.before_execute")
-            result = await invoke_async(tool, call, session.state.business_state)
-            crashpoints.hit("tool.after_execute")
-            if resuming:
-                session.reconciled.append(
-                    (call.id, call.name, "re-run" if tool.effect != "side_effect" else "executed")
+        store = store if store is not None else self.store
+        run_id = check_run_id(run_id) if run_id is not None else f"run-{uuid.uuid4().hex[:12]}"
+        if task is None and not store.exists(run_id):
+            raise RunNotFound(f"no run {run_id!r} to resume in {store.url}; give a task to start it")
+        # A name per call unless given: the same name would re-enter a live lease (a worker's claim).
+        guard = take_lease(store, run_id, owner or make_owner(), self.lease_ttl, grace=self.lease_grace)
+        try:
+            with Heartbeat(guard) as heartbeat:
+                session = RunSession(
+                    self,
+                    run_id,
+                    guard.lease,
+                    heartbeat,
+                    store=store,
+                    stop=stop if stop is not None else self.stop_requested,
+                    started=started,
                 )
-            entry = EffectLedger.outcome(decision.entry, result) if decision.entry is not None else None
-            session.record_result(call, result, entry)
-            crashpoints.hit("tool.after_outcome")
-
-        import asyncio  # lazily: importing asyncio costs ~35 ms at `import unbroken`
-
-        await asyncio.gather(*(execute(call, decision) for call, decision in runnable))
-        # Stops at the first unknown whose policy ends this session (pause, fail).
-        return all(session.handle_unknown(call, decision) for call, decision in unknown)
-
-    async def _loop_async(self, session: RunSession) -> None:
-        state = session.state
-        while not state.finished:
-            if state.turns >= self.max_turns:
-                session.stop_for_max_turns()
-                return
-            if session.repair_dangling():
-                if not await self._settle_all_async(session, state.dangling_calls(), resuming=True):
-                    return
-                if state.phase in ("running_tools", "paused"):
-                    session.finish_tools()
-            await session.acompact()
-            crashpoints.hit("model.before_call")
-            try:
-                turn = await self.model.acomplete(self.context(state), self.tool_specs, self.system)
-            except Exception as exc:
-                raise ModelCallFailed(
-                    f"model call for run {session.run_id!r} failed ({type(exc).__name__}: {exc}); the run is "
-                    f"saved at save point {state.save_seq} and resumes from there"
-                ) from exc
-            session.record_turn(turn)
-            if not await self._settle_all_async(session, list(state.pending_calls), resuming=False):
-                return
-
-
-def _since(started: float, session: RunSession) -> float | None:
-    """Seconds from the call to now, for a resumed run (how long load + reconcile took)."""
-    return time.perf_counter() - started if session.resumed else None
+                session.open(task, business_state)
+                hooks.run_started(session)
+                try:
+                    with run_resources.scope(session):  # resource() for its tools; closed when the call ends
+                        yield session
+                except LeaseLost as exc:
+                    hooks.lease_lost(session, exc)
+                    hooks.run_ended(session, exc)
+                    raise
+                except BaseException as exc:
+                    hooks.run_ended(session, exc)
+                    raise
+                hooks.run_ended(session, None)
+        finally:
+            guard.release()

@@ -1,26 +1,39 @@
 """A run as one process holds it: its state, lease, encoder and ledger, and every durable
 step (open, save A, record a result, save B, unknown outcomes, repair, compaction).
 
-``Agent.run`` and ``Agent.arun`` (``runner.py``) drive a ``RunSession``; they differ only in
-how the model and the tools are awaited.
+The order of those steps is the engine's (``engine.py``); ``Agent.run`` and ``Agent.arun``
+only drive it.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from . import crashpoints
-from .codec import Encoder, encode_full, ensure_json
-from .errors import ConfigError, IncompatibleSchema, ModelCallFailed, RunInterrupted, RunNotFound, TaskMismatch
+from . import crashpoints, hooks
+from .codec import MAX_RECORD_BYTES, EncodedSave, Encoder, encode_full, ensure_json
+from .errors import (
+    ConfigError,
+    IncompatibleSchema,
+    ModelCallFailed,
+    RecordTooLarge,
+    RunInterrupted,
+    RunNotFound,
+    TaskMismatch,
+)
 from .leases import Heartbeat
 from .ledger import EffectLedger, not_settled_result, unknown_result
-from .model import ModelTurn, ProposedCall, add_usage
+from .model import HistoryReader, ModelTurn, ProposedCall, add_usage, messages_are_json
 from .reconcile import Decision
-from .state import JSONValue, Lease, LedgerEntry, RunState, ToolCall, ToolResult, idempotency_key
+from .state import JSONValue, Lease, LedgerEntry, RunState, ToolCall, ToolResult, occurrence_key
+from .stores.base import Store
+from .window import load_window
 
 if TYPE_CHECKING:
     from .runner import Agent
@@ -42,38 +55,57 @@ class RunResult:
     resume_seconds: float | None = None
     reconciled: list[tuple[str, str, str]] = field(default_factory=list)
     recovered_from: str | None = None
-    state: RunState | None = None
+    state: RunState | None = field(default=None, repr=False)  # the whole history: kept out of print(result)
 
 
 class RunSession:
     """One process's hold on one run: its state, lease, encoder and ledger. Every durable
     step of a run goes through here; ``Agent.run`` and ``Agent.arun`` only drive it."""
 
-    def __init__(self, agent: Agent, run_id: str, lease: Lease, heartbeat: Heartbeat) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        run_id: str,
+        lease: Lease,
+        heartbeat: Heartbeat,
+        *,
+        store: Store,
+        stop: threading.Event,
+        started: float,
+    ) -> None:
         self.agent = agent
-        self.store = agent.store
+        self.store = store
+        self.stop = stop
+        self.started = started
+        self.resume_seconds: float | None = None
         self.run_id = run_id
         self.heartbeat = heartbeat
         self.lease = lease
-        self.encoder = Encoder(
-            agent.snapshot_every, messages_are_json=getattr(agent.model, "messages_are_json", False) is True
-        )
+        self.encoder = Encoder(agent.snapshot_every, messages_are_json=messages_are_json(agent.model))
         self.ledger = EffectLedger(self.store, run_id, self.fence)
         self.state: RunState
         self.resumed = False
         self.recovered_from: str | None = None
         self.reconciled: list[tuple[str, str, str]] = []
-        self.repaired: set[str] = set()
+        self.repaired: set[tuple[int, str, int]] = set()  # (turn's first message, call id, n-th of that id)
         self.checked_upto = 0  # messages before this index were checked (and the history only grows)
 
     def fence(self) -> int:
         return self.lease.fence
 
+    def since_start(self) -> float | None:
+        """Seconds since the run call began, for a resumed run (how long load + reconcile took)."""
+        return time.perf_counter() - self.started if self.resumed else None
+
     # ------------------------------------------------------------------ open
 
     def open(self, task: str | None, business_state: Mapping[str, JSONValue] | None) -> None:
         try:
-            decoded = self.store.decode(self.run_id, recover=True)
+            # Strict: a damaged run is a CorruptCheckpoint for the operator (``unbroken recover``),
+            # never silently rewritten here.
+            # A compacted run is read from its tail only (speed+scale, issue 16): the snapshot and
+            # the window; anything else is the whole-run store.decode, as before.
+            decoded = load_window(self.store, self.run_id)
         except RunNotFound:
             if task is None:
                 raise
@@ -90,14 +122,10 @@ class RunSession:
                 f"run {self.run_id!r} holds {state.provider} messages; this agent's model speaks "
                 f"{self.agent.model.provider}. Resume it with a {state.provider} model."
             )
-        self.resumed = True
+        self.resumed = not state.finished  # a finished run is returned as stored, not resumed
         self.state = state
         rewrite_reason = None
-        if decoded.problem is not None:
-            self.recovered_from = decoded.problem
-            log.warning("%s; continuing from save point %s", decoded.problem, decoded.last_seq)
-            rewrite_reason = "recovered"
-        elif decoded.migrated_from is not None:
+        if decoded.migrated_from is not None:
             rewrite_reason = f"migrated from schema {decoded.migrated_from}"
         if rewrite_reason is not None:
             head = self.store.read_records(self.run_id)[-1].seq
@@ -105,6 +133,7 @@ class RunSession:
             state.updated_at = time.time()
             self.store.rewrite(self.run_id, [encode_full(state, rewrite_reason)], expect_seq=head, fence=self.fence())
         self.encoder.prime(state)
+        self.checked_upto = decoded.message_base  # nothing before the compaction window is unanswered
         if self._migrate_business_state():
             # The migrated value and its new version are saved together, at once: a later
             # load must never see new-shaped data under the old version number.
@@ -163,6 +192,7 @@ class RunSession:
         state.updated_at = time.time()
         try:
             encoded = self.encoder.encode(state, label, force_snapshot=force_snapshot, ledger=tuple(ledger))
+            check_size(encoded)
             crashpoints.hit(f"save.{label}.before")
             self.store.append(encoded, expect_seq=previous, fence=self.fence())
         except BaseException:
@@ -170,7 +200,8 @@ class RunSession:
             raise
         self.encoder.committed(state, encoded)
         crashpoints.hit(f"save.{label}.after")
-        if self.agent.stop_requested.is_set() and not state.finished:
+        hooks.save_point(self, label)  # no-op without hooks
+        if self.stop.is_set() and not state.finished:
             raise RunInterrupted(f"run {self.run_id!r} stopped at save point {state.save_seq} on request; resume it")
 
     # ------------------------------------------------------------------ turn bookkeeping
@@ -182,10 +213,11 @@ class RunSession:
         state.tokens_used += int(turn.tokens)
         state.usage = add_usage(state.usage, turn.usage)
         state.messages.extend(turn.messages)
-        calls = [self.to_tool_call(proposed) for proposed in turn.tool_calls]
+        calls = [self.to_tool_call(proposed, position) for position, proposed in enumerate(turn.tool_calls)]
         state.pending_calls = calls
         state.results = {}
         state.resolutions = {}
+        state.attempts = {}
         if calls:
             state.phase = "running_tools"
             self.save("model_turn")
@@ -196,7 +228,9 @@ class RunSession:
         else:
             self.save("model_turn")
 
-    def to_tool_call(self, proposed: ProposedCall) -> ToolCall:
+    def to_tool_call(self, proposed: ProposedCall, position: int) -> ToolCall:
+        """A call as saved at save A, keyed by its occurrence: the save it is recorded in (the
+        next one), its position there and the provider's id (which a provider may reuse)."""
         error = proposed.error
         if error is None and proposed.name not in self.agent.tools:
             error = f"there is no tool named {proposed.name!r}; available: {', '.join(self.agent.tools) or 'none'}"
@@ -204,65 +238,60 @@ class RunSession:
             id=proposed.id,
             name=proposed.name,
             input=proposed.input,
-            idempotency_key=idempotency_key(self.run_id, proposed.id),
+            idempotency_key=occurrence_key(self.run_id, self.state.save_seq + 1, position, proposed.id),
             error=error,
         )
 
     def repair_dangling(self) -> bool:
         """Validate before send: a tool call in the history with no result, that is not already a
         pending call, is made pending again (read back from its message) so that reconcile answers
-        it; it is never dropped. Returns True when there is something to reconcile (saved first)."""
+        it; it is never dropped. Returns True when there is something to reconcile (saved first).
+        Calls are told apart by occurrence (their turn's place in the history, their id and how
+        often that id came before in the turn), never by id alone: providers reuse ids."""
         state = self.state
         model = self.agent.model
-        pending = {call.id for call in state.pending_calls}
-        missing = [
-            call_id
-            for call_id in model.dangling_call_ids(state.messages[self.checked_upto :])
-            if call_id not in pending and call_id not in self.repaired
-        ]
-        if not missing:
+        base = self.checked_upto
+        tail = state.messages[base:]
+        if not model.dangling_call_ids(tail):  # the usual case: one pass, nothing to tell apart
             self.checked_upto = len(state.messages)
             return False
-        self.repaired.update(missing)
-        find_calls = getattr(model, "find_calls", None)
-        found = {call.id: call for call in find_calls(state.messages, missing)} if find_calls is not None else {}
-        for call_id in missing:
-            proposed = found.get(call_id) or ProposedCall(
-                call_id, "", {}, error="the call could not be read back from the history"
-            )
-            state.pending_calls.append(self.to_tool_call(proposed))
+        reader = model if isinstance(model, HistoryReader) else None
+        bounds = (
+            [0, *(start for start in reader.turn_starts(tail) if start > 0), len(tail)] if reader else [0, len(tail)]
+        )
+        pending = Counter(call.id for call in state.pending_calls)
+        repaired: list[list[ProposedCall]] = []
+        for start, end in reversed(list(itertools.pairwise(bounds))):  # pending calls are the newest turn's
+            chunk = tail[start:end]
+            seen: Counter[str] = Counter()
+            ids: list[str] = []
+            for call_id in model.dangling_call_ids(chunk):
+                occurrence = (base + start, call_id, seen[call_id])
+                seen[call_id] += 1
+                if pending[call_id] > 0:
+                    pending[call_id] -= 1
+                elif occurrence not in self.repaired:
+                    self.repaired.add(occurrence)
+                    ids.append(call_id)
+            if ids:
+                found = {call.id: call for call in reader.find_calls(chunk, ids)} if reader else {}
+                lost = "the call could not be read back from the history"
+                repaired.append([found.get(call_id) or ProposedCall(call_id, "", {}, error=lost) for call_id in ids])
+        if not repaired:
+            self.checked_upto = len(state.messages)
+            return False
+        missing = [proposed for turn in reversed(repaired) for proposed in turn]  # in history order
+        for proposed in missing:
+            state.pending_calls.append(self.to_tool_call(proposed, len(state.pending_calls)))
         log.warning(
             "run %s: %d tool call(s) had no result in the history; reconciling %s",
             self.run_id,
             len(missing),
-            ", ".join(missing),
+            ", ".join(proposed.id for proposed in missing),
         )
         state.phase = "running_tools"
         self.save("repaired")
         return True
-
-    def compact(self) -> None:
-        """Compaction before a model call; the new summary is its own save point."""
-        compaction = self.agent.compaction
-        if compaction is None:
-            return
-        try:
-            changed = compaction.compact(self.state, self.agent.model)
-        except Exception as exc:
-            raise self.compaction_failed(exc) from exc
-        if changed:
-            self.save("compacted")
-
-    async def acompact(self) -> None:
-        compaction = self.agent.compaction
-        if compaction is None:
-            return
-        try:
-            changed = await compaction.acompact(self.state, self.agent.model)
-        except Exception as exc:
-            raise self.compaction_failed(exc) from exc
-        if changed:
-            self.save("compacted")
 
     def compaction_failed(self, exc: Exception) -> ModelCallFailed:
         return ModelCallFailed(
@@ -274,20 +303,22 @@ class RunSession:
         """Make one tool result durable (with its ledger outcome, atomically). The save that
         records the turn's last result also appends the provider's tool-result message(s): B."""
         state = self.state
-        state.results[call.id] = result
+        state.results[call.idempotency_key] = result
         ledger = (entry,) if entry is not None else ()
         if state.dangling_calls():
             self.save("tool_result", ledger=ledger)
         else:
             self.finish_tools(ledger)
+        hooks.tool_ended(self, call, result)  # no-op without hooks
 
     def finish_tools(self, ledger: Sequence[LedgerEntry] = ()) -> None:
         state = self.state
-        ordered = [state.results[call.id] for call in state.pending_calls]
+        ordered = [state.results[call.idempotency_key] for call in state.pending_calls]
         state.messages.extend(self.agent.model.tool_result_messages(state.pending_calls, ordered))
         state.pending_calls = []
         state.results = {}
         state.resolutions = {}
+        state.attempts = {}
         state.phase = "awaiting_model"
         self.save("tools_done", ledger=ledger)
 
@@ -310,14 +341,15 @@ class RunSession:
             return False
         # The run ends here, but its history must stay one a provider accepts: every tool_use
         # gets a tool_result (the unknown one says so; calls not yet reconciled say that).
-        state.results[call.id] = unknown_result(call, decision.reason)
+        state.results[call.idempotency_key] = unknown_result(call, decision.reason)
         for other in state.dangling_calls():
-            state.results[other.id] = not_settled_result(other)
-        ordered = [state.results[pending.id] for pending in state.pending_calls]
+            state.results[other.idempotency_key] = not_settled_result(other)
+        ordered = [state.results[pending.idempotency_key] for pending in state.pending_calls]
         state.messages.extend(self.agent.model.tool_result_messages(state.pending_calls, ordered))
         state.pending_calls = []
         state.results = {}
         state.resolutions = {}
+        state.attempts = {}
         state.phase = "failed"
         state.error = f"call {call.id} ({call.name}) has an unknown outcome ({decision.reason}); run failed by policy"
         self.save("failed", ledger=(entry,))
@@ -340,4 +372,18 @@ class RunSession:
             reconciled=list(self.reconciled),
             recovered_from=self.recovered_from,
             state=state,
+        )
+
+
+def check_size(encoded: EncodedSave) -> None:
+    """Refuse a save record that no load could read back (over the codec's record cap)."""
+    body = encoded.body
+    if len(body) * 4 <= MAX_RECORD_BYTES:  # a UTF-8 character is at most 4 bytes
+        return
+    size = len(body) if isinstance(body, bytes) else len(body.encode("utf-8"))
+    if size > MAX_RECORD_BYTES:
+        raise RecordTooLarge(
+            f"save point {encoded.seq} ({encoded.label}) of run {encoded.run_id!r} would be {size:,} bytes, over "
+            f"the {MAX_RECORD_BYTES:,}-byte record cap that every load enforces; nothing was saved. Keep tool "
+            "results and business_state smaller (Agent max_result_bytes cuts each result)"
         )

@@ -24,17 +24,29 @@ JSONValue: TypeAlias = Any
 Effect = Literal["read_only", "idempotent", "side_effect"]
 EFFECTS: tuple[str, ...] = get_args(Effect)
 
-Phase = Literal["awaiting_model", "running_tools", "paused", "completed", "max_turns", "failed"]
+Phase = Literal["awaiting_model", "running_tools", "paused", "awaiting_approval", "completed", "max_turns", "failed"]
 PHASES: tuple[str, ...] = get_args(Phase)
 TERMINAL_PHASES: frozenset[str] = frozenset({"completed", "max_turns", "failed"})
 
-ResultHow = Literal["executed", "reused", "probed", "unknown", "invalid", "resolved", "skipped"]
+ResultHow = Literal[
+    "executed", "reused", "probed", "unknown", "invalid", "resolved", "skipped", "denied", "attempts_exhausted"
+]
 
 
 def idempotency_key(run_id: str, call_id: str) -> str:
-    """The key for one tool call: fixed by the run id and the provider's call id, never by the
-    arguments, so it is the same across retries, resumes and rephrasings."""
+    """A key from the run id and a call id alone. Runs saved before keys named call
+    occurrences hold keys made this way in their pending calls, and those keep working; new
+    calls get ``occurrence_key`` (a provider may reuse its call ids)."""
     digest = hashlib.sha256(f"{run_id}\x00{call_id}".encode()).hexdigest()
+    return f"ub_{digest[:40]}"
+
+
+def occurrence_key(run_id: str, save_seq: int, position: int, call_id: str) -> str:
+    """The idempotency key of one call occurrence: the run, the save point that first recorded
+    the call (save A), its position in that turn and the provider's id. Two calls never share
+    a key even when a provider reuses ``call_0`` every turn or twice in one turn. Fixed in
+    ``pending_calls`` at save A, so it is the same across retries and resumes."""
+    digest = hashlib.sha256(f"{run_id}\x00{save_seq}\x00{position}\x00{call_id}".encode()).hexdigest()
     return f"ub_{digest[:40]}"
 
 
@@ -118,7 +130,18 @@ class RunState:
     business_state_version: int = 1
     pending_calls: list[ToolCall] = field(default_factory=list)
     results: dict[str, ToolResult] = field(default_factory=dict)
+    """Results of this turn's calls so far, by the call's idempotency key (one per occurrence)."""
     resolutions: dict[str, str] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+    """Re-starts of this turn's read-only calls after a crash, by idempotency key (each saved
+    right before the tool runs again), so that a call that kills its process is not run
+    forever. Other calls count their starts in their ledger intents."""
+    approvals: dict[str, dict[str, JSONValue]] | None = None
+    """Approval requests and decisions of this turn's calls, by idempotency key (``approvals.py``).
+    None until a run first asks for one, so runs without approvals keep their exact format."""
+    conversation: dict[str, JSONValue] | None = None
+    """Follow-up messages (``conversation.py``): the current request's turn limit, messages queued
+    until the calls in flight are settled, ids of messages already received. None until used."""
     output: str | None = None
     error: str | None = None
     summary: JSONValue = None
@@ -132,6 +155,14 @@ class RunState:
 
     def small_fields(self) -> dict[str, JSONValue]:
         """The snapshot part of the state: everything except the messages."""
+        fields = self._small_fields()
+        if self.approvals is not None:
+            fields["approvals"] = self.approvals
+        if self.conversation is not None:
+            fields["conversation"] = self.conversation
+        return fields
+
+    def _small_fields(self) -> dict[str, JSONValue]:
         return {
             "run_id": self.run_id,
             "task": self.task,
@@ -148,6 +179,7 @@ class RunState:
             "pending_calls": [call.to_json() for call in self.pending_calls],
             "results": {key: result.to_json() for key, result in self.results.items()},
             "resolutions": self.resolutions,
+            "attempts": self.attempts,
             "output": self.output,
             "error": self.error,
             "summary": self.summary,
@@ -158,6 +190,20 @@ class RunState:
 
     @classmethod
     def from_parts(cls, fields: dict[str, JSONValue], messages: list[JSONValue]) -> RunState:
+        state = cls._from_parts(fields, messages)
+        state._key_by_occurrence()
+        return state
+
+    def _key_by_occurrence(self) -> None:
+        """Runs saved before results were keyed by occurrence hold them by provider call id."""
+        keys = {call.idempotency_key for call in self.pending_calls}
+        by_id = {call.id: call.idempotency_key for call in self.pending_calls}
+        for table in (self.results, self.resolutions):
+            for old in [name for name in table if name not in keys and name in by_id]:
+                table[by_id[old]] = table.pop(old)  # type: ignore[assignment]
+
+    @classmethod
+    def _from_parts(cls, fields: dict[str, JSONValue], messages: list[JSONValue]) -> RunState:
         return cls(
             run_id=fields["run_id"],
             task=fields["task"],
@@ -174,6 +220,9 @@ class RunState:
             pending_calls=[ToolCall.from_json(c) for c in fields.get("pending_calls", [])],
             results={k: ToolResult.from_json(v) for k, v in fields.get("results", {}).items()},
             resolutions=fields.get("resolutions", {}),
+            attempts=fields.get("attempts", {}),
+            approvals=fields.get("approvals"),
+            conversation=fields.get("conversation"),
             output=fields.get("output"),
             error=fields.get("error"),
             summary=fields.get("summary"),
@@ -184,7 +233,11 @@ class RunState:
 
     def dangling_calls(self) -> list[ToolCall]:
         """Pending calls that have no recorded result yet."""
-        return [call for call in self.pending_calls if call.id not in self.results]
+        return [call for call in self.pending_calls if call.idempotency_key not in self.results]
+
+    def result_of(self, call: ToolCall) -> ToolResult | None:
+        """The recorded result of one pending call (occurrence), if any."""
+        return self.results.get(call.idempotency_key)
 
 
 @dataclass(frozen=True)

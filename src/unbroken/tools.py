@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -41,7 +41,8 @@ class Unknown:
 
 
 ProbeAnswer = Found | NotExecuted | Unknown
-Probe = Callable[[ToolCall], ProbeAnswer]
+Probe = Callable[[ToolCall], ProbeAnswer | Awaitable[ProbeAnswer]]
+"""A probe may be ``async def``: both ``run`` and ``arun`` await it."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,14 @@ class Tool:
     takes_call: bool = False
     takes_state: bool = False
     is_async: bool = False
+    timeout: float | None = None
+    """Seconds the tool may run. Past it the engine stops waiting: a side effect's outcome is
+    then unknown (it may still act), another call's result is an error."""
+    approval: bool | Callable[[ToolCall], bool] = False
+    """Ask a person before each call runs (True), or per call (a function of the call saying
+    whether this one needs approval). See ``approvals.py``."""
+    approval_ttl: float | None = None
+    """Seconds an approval request (and the approval given to it) stays valid; None: forever."""
 
     @property
     def spec(self) -> ToolSpec:
@@ -114,7 +123,16 @@ def _build(
     description: str | None,
     effect: str,
     probe: Probe | None,
+    timeout: float | None = None,
+    approval: bool | Callable[[ToolCall], bool] = False,
+    approval_ttl: float | None = None,
 ) -> Tool:
+    if timeout is not None and not timeout > 0:
+        raise ToolDefinitionError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    if not (isinstance(approval, bool) or callable(approval)):
+        raise ToolDefinitionError(f"approval must be True, False or a function of the call, not {approval!r}")
+    if approval_ttl is not None and not approval_ttl > 0:
+        raise ToolDefinitionError(f"approval_ttl must be a positive number of seconds, not {approval_ttl!r}")
     if effect not in EFFECTS:
         raise ToolDefinitionError(f"effect must be one of {', '.join(EFFECTS)}, not {effect!r}")
     tool_name = name or fn.__name__
@@ -138,6 +156,11 @@ def _build(
             continue
         if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             raise ToolDefinitionError(f"tool {tool_name!r}: *args/**kwargs cannot be described to a model")
+        if hints.get(param.name) is ToolCall:  # given by the engine, not the model: keyword-only `call`
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: make {param.name!r} keyword-only and name it call "
+                f"(def {fn.__name__}(..., *, call: ToolCall)); the engine passes it, the model does not"
+            )
         properties[param.name] = _schema_for(hints.get(param.name, param.annotation), f"{tool_name}.{param.name}")
         if param.default is inspect.Parameter.empty:
             required.append(param.name)
@@ -153,6 +176,9 @@ def _build(
         takes_call=takes_call,
         takes_state=takes_state,
         is_async=inspect.iscoroutinefunction(fn),
+        timeout=timeout,
+        approval=approval,
+        approval_ttl=approval_ttl,
     )
 
 
@@ -167,6 +193,9 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     probe: Probe | None = None,
+    timeout: float | None = None,
+    approval: bool | Callable[[ToolCall], bool] = False,
+    approval_ttl: float | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -178,16 +207,33 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     probe: Probe | None = None,
+    timeout: float | None = None,
+    approval: bool | Callable[[ToolCall], bool] = False,
+    approval_ttl: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool. The JSON schema comes from the type hints, the description from the
     docstring. A keyword-only ``call: ToolCall`` parameter receives the call (with its
     ``idempotency_key``); a keyword-only ``state`` parameter receives the run's business_state.
-    Undeclared effect means ``side_effect``: never re-run blindly."""
+    Undeclared effect means ``side_effect``: never re-run blindly. ``timeout`` (seconds) bounds
+    how long the run waits for the tool; a side effect past it has an unknown outcome.
+    ``approval`` (True, or a function of the call) makes the run stop, saved, with status
+    ``awaiting_approval`` before the call runs, until a person approves or denies it
+    (``unbroken approve`` / ``unbroken deny``); ``approval_ttl`` (seconds) bounds how long
+    a request and its approval stay valid."""
+    options: dict[str, Any] = {
+        "name": name,
+        "description": description,
+        "effect": effect,
+        "probe": probe,
+        "timeout": timeout,
+        "approval": approval,
+        "approval_ttl": approval_ttl,
+    }
     if fn is not None:
-        return _build(fn, name=name, description=description, effect=effect, probe=probe)
+        return _build(fn, **options)
 
     def decorate(inner: Callable[..., Any]) -> Tool:
-        return _build(inner, name=name, description=description, effect=effect, probe=probe)
+        return _build(inner, **options)
 
     return decorate
 

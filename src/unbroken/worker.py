@@ -130,7 +130,6 @@ class Worker:
             raise ConfigError(f"the agent factory returned {type(agent).__name__}, not an unbroken Agent")
         if agent.store is not self.store:
             raise ConfigError("the agent factory must build its Agent on the store it is given")
-        agent.stop_requested = self._stopping
         return agent
 
     def _install_signal_handlers(self) -> dict[int, Any]:
@@ -174,7 +173,8 @@ class Worker:
 
     def _drive(self, agent: Agent, claim: ClaimedRun) -> None:
         try:
-            result = agent.run(claim.task, run_id=claim.run_id)
+            # Under the owner name it claimed the run with: the run's lease is re-entered, not refused.
+            result = agent.run(claim.task, run_id=claim.run_id, owner=agent.owner, stop=self._stopping)
         except RunInterrupted:
             self._count_as("interrupted")
         except LeaseError as exc:

@@ -12,9 +12,9 @@ import pytest
 from cli_helpers import Invoke
 
 from unbroken import open_store
-from unbroken.demo import crash_resume
-from unbroken.demo.scenario import OUTBOX_DIR, RUN_ID, STORE_FILE, outbox_emails
-from unbroken.demo.script import build_script, crash_spec, expected_totals, turn_of_call
+from unbroken.cli.demo import crash_resume
+from unbroken.cli.demo.scenario import OUTBOX_DIR, RUN_ID, STORE_FILE, outbox_emails
+from unbroken.cli.demo.script import build_script, crash_spec, expected_totals, turn_of_call
 
 
 def test_demo_survives_the_kill_with_one_email_and_turns_carried_over(tmp_path: Path) -> None:

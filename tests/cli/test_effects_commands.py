@@ -91,3 +91,12 @@ def test_gc_keeps_entries_of_finished_runs_younger_than_the_cutoff(seeded: Place
 )
 def test_durations_are_read_with_their_unit(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
+
+
+def test_effects_after_gc_says_the_finished_runs_entries_were_collected(seeded: Place, invoke: Invoke) -> None:
+    _age_ledger(seeded.url, "done-run", 10 * DAY)
+    assert invoke("gc", "--older-than", "7d", "--store", seeded.url).exit_code == 0
+    result = invoke("effects", "done-run", "--store", seeded.url)
+    assert result.exit_code == 0, result.output
+    assert "`unbroken gc` collects the entries of finished runs" in result.stdout
+    assert "yet" not in result.stdout

@@ -50,11 +50,12 @@ def test_a_missing_store_file_is_reported_not_created(invoke: Invoke, tmp_path: 
 @pytest.mark.parametrize(
     ("spec", "mentions"),
     [
-        ("cli_agents", "must look like module:attr"),
+        ("cli_agents", "must look like module:attr or path/to/file.py:attr"),
         ("no_such_module_for_unbroken:agent", "no module named 'no_such_module_for_unbroken'"),
+        ("no/such/file.py:agent", "no file"),
         ("cli_agents:no_such_attr", "has no attribute 'no_such_attr'"),
-        ("cli_agents:TASK", "not an Agent or a factory"),
-        ("cli_agents:sends", "factory taking no arguments"),
+        ("cli_agents:TASK", "not an Agent or a function returning one"),
+        ("cli_agents:build_agent", "a function taking no arguments or taking the store"),
         ("os:getcwd", "returned a str, not an unbroken Agent"),
     ],
 )
@@ -89,3 +90,13 @@ def test_the_installed_command_prints_no_traceback(seeded: Place) -> None:
     assert completed.returncode == 2
     assert completed.stdout == ""
     assert completed.stderr.strip().splitlines() == [f"error: no run 'nope' in {seeded.url}"]
+
+
+@pytest.mark.parametrize(("command", "option"), [("history", "--tail"), ("show", "--messages")])
+def test_a_negative_count_is_refused(seeded: Place, invoke: Invoke, command: str, option: str) -> None:
+    result = invoke(command, "done-run", option, "-1", "--store", seeded.url)
+    assert result.exit_code == 2 and "-1 is not in the range x>=0" in result.stderr, result.output
+
+
+def test_a_sqlite_url_without_slashes_says_how_to_write_it(invoke: Invoke) -> None:
+    assert_one_line_error(invoke("runs", "--store", "sqlite:runs.db"), mentions="write sqlite:///runs.db")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from cli_helpers import Invoke, Place, run_child_until_killed
 
 from unbroken import open_store
+from unbroken.leases import make_owner
 
 
 def test_runs_lists_every_run_with_its_phase_turns_and_tokens(seeded: Place, invoke: Invoke) -> None:
@@ -101,3 +103,24 @@ def test_resume_of_a_finished_run_returns_its_result_without_the_model(seeded: P
     assert "already finished; model not called" in result.stdout
     with open_store(seeded.url) as store:
         assert store.load("done-run").turns == 2
+
+
+def test_show_says_when_the_lease_holder_is_a_dead_process(seeded: Place, invoke: Invoke) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", "from unbroken.leases import make_owner; print(make_owner())"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    dead_owner = child.stdout.strip()
+    with open_store(seeded.url) as store:
+        store.acquire_lease("open-run", dead_owner, 300.0)
+    result = invoke("show", "open-run", "--store", seeded.url)
+    assert result.exit_code == 0, result.output
+    assert "whose process is dead: the next resume takes it over at once" in " ".join(result.stdout.split())
+
+
+def test_show_does_not_call_a_live_lease_holder_dead(seeded: Place, invoke: Invoke) -> None:
+    with open_store(seeded.url) as store:
+        store.acquire_lease("open-run", make_owner(), 300.0)
+    result = invoke("show", "open-run", "--store", seeded.url)
+    assert result.exit_code == 0, result.output
+    assert "held by" in result.stdout and "dead" not in result.stdout

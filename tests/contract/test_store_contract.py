@@ -1,28 +1,44 @@
 """The store contract (``unbroken.testing.StoreContract``) on every store in the repository.
 
 To add a backend, add one ``Backend`` line to ``BACKENDS``: how to open it on a fresh place and
-how to damage one of its records."""
+how to damage it behind its back (change a record, lose a record, edit a ledger entry)."""
 
 from __future__ import annotations
 
+import functools
+import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from unbroken.codec import StoredRecord
 from unbroken.errors import StoreUnavailable
+from unbroken.state import LedgerEntry
 from unbroken.stores import open_store
+from unbroken.stores._file_format import effect_name
+from unbroken.stores.backend import SealedEntry
 from unbroken.stores.base import Store
+from unbroken.stores.examples.jsonkv import JsonKVStore
 from unbroken.stores.files import FileStore
 from unbroken.stores.memory import InMemoryStore
 from unbroken.stores.postgres import PostgresStore
 from unbroken.stores.sqlite import SQLiteStore
 from unbroken.testing import StoreContract
 
+if TYPE_CHECKING:
+    from unbroken.stores.redis import RedisStore
+
 tamper = StoreContract.tamper
+EDITED_FROM, EDITED_TO = StoreContract.EDITED_FROM, StoreContract.EDITED_TO
+
+
+def edited(text: str) -> str:
+    assert EDITED_FROM in text
+    return text.replace(EDITED_FROM, EDITED_TO)
 
 
 def corrupt_memory(store: Store, run_id: str, seq: int) -> None:
@@ -30,7 +46,36 @@ def corrupt_memory(store: Store, run_id: str, seq: int) -> None:
     records = store._runs[run_id].records
     index = next(i for i, record in enumerate(records) if record.seq == seq)
     record = records[index]
-    records[index] = StoredRecord(record.seq, tamper(record.body), record.checksum)
+    records[index] = StoredRecord(record.seq, tamper(cast(str, record.body)), record.checksum)  # kept as text
+
+
+def delete_memory(store: Store, run_id: str, seq: int) -> None:
+    assert isinstance(store, InMemoryStore)
+    records = store._runs[run_id].records
+    records[:] = [record for record in records if record.seq != seq]
+
+
+def edit_memory(store: Store, run_id: str, key: str) -> None:
+    assert isinstance(store, InMemoryStore)
+    sealed = store._runs[run_id].ledger[key]
+    changed = LedgerEntry.from_json(json.loads(edited(json.dumps(sealed.entry.to_json()))))
+    store._runs[run_id].ledger[key] = SealedEntry(changed, sealed.checksum)
+
+
+def _sqlite_change(store: Store, sql: str, params: tuple[object, ...]) -> None:
+    assert isinstance(store, SQLiteStore)
+    with sqlite3.connect(store.path) as conn:  # a second connection, as another process would
+        assert conn.execute(sql, params).rowcount == 1
+    conn.close()
+
+
+def delete_sqlite(store: Store, run_id: str, seq: int) -> None:
+    _sqlite_change(store, "DELETE FROM unbroken_records WHERE run_id=? AND seq=?", (run_id, seq))
+
+
+def edit_sqlite(store: Store, run_id: str, key: str) -> None:
+    sql = "UPDATE unbroken_effects SET result=replace(result, ?, ?) WHERE run_id=? AND key=?"
+    _sqlite_change(store, sql, (EDITED_FROM, EDITED_TO, run_id, key))
 
 
 def corrupt_sqlite(store: Store, run_id: str, seq: int) -> None:
@@ -46,6 +91,17 @@ def corrupt_file(store: Store, run_id: str, seq: int) -> None:
     path = store.root / "runs" / run_id / "records" / f"{seq:012d}.json"
     header, body = path.read_text().splitlines()
     path.write_text(f"{header}\n{tamper(body)}\n")
+
+
+def delete_file(store: Store, run_id: str, seq: int) -> None:
+    assert isinstance(store, FileStore)
+    (store.root / "runs" / run_id / "records" / f"{seq:012d}.json").unlink()
+
+
+def edit_file(store: Store, run_id: str, key: str) -> None:
+    assert isinstance(store, FileStore)
+    path = store.root / "runs" / run_id / "effects" / effect_name(key)
+    path.write_text(edited(path.read_text()))
 
 
 def open_postgres(tmp: Path) -> Store:
@@ -80,25 +136,244 @@ def corrupt_postgres(store: Store, run_id: str, seq: int) -> None:
     assert isinstance(store, PostgresStore)
     with psycopg.connect(store.settings.conninfo, autocommit=True) as conn:  # a second connection
         where = (run_id, seq)
-        (body,) = conn.execute("SELECT body FROM unbroken_records WHERE run_id = %s AND seq = %s", where).fetchone()
+        row = conn.execute("SELECT body FROM unbroken_records WHERE run_id = %s AND seq = %s", where).fetchone()
+        assert row is not None
+        (body,) = row
         conn.execute("UPDATE unbroken_records SET body = %s WHERE run_id = %s AND seq = %s", (tamper(body), *where))
+
+
+def _postgres_change(store: Store, sql: str, params: tuple[object, ...]) -> None:
+    import psycopg
+
+    assert isinstance(store, PostgresStore)
+    with psycopg.connect(store.settings.conninfo, autocommit=True) as conn:  # a second connection
+        assert conn.execute(sql, params).rowcount == 1
+
+
+def delete_postgres(store: Store, run_id: str, seq: int) -> None:
+    _postgres_change(store, "DELETE FROM unbroken_records WHERE run_id = %s AND seq = %s", (run_id, seq))
+
+
+def edit_postgres(store: Store, run_id: str, key: str) -> None:
+    sql = "UPDATE unbroken_effects SET result = replace(result, %s, %s) WHERE run_id = %s AND key = %s"
+    _postgres_change(store, sql, (EDITED_FROM, EDITED_TO, run_id, key))
+
+
+def open_redis(tmp: Path) -> Store:
+    """A store under a key prefix of its own on the shared test server (deleted at exit); no
+    durability is claimed there (the durability tests start their own server). Skipped when the
+    server is unreachable, unless CI is set."""
+    import atexit
+    import os
+    import uuid
+
+    server = os.environ.get("UNBROKEN_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
+    prefix = f"ubc-{uuid.uuid4().hex[:12]}"
+    try:
+        store = open_store(f"{server}{'&' if '?' in server else '?'}prefix={prefix}&durability=none")
+    except StoreUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set, so Redis tests must run: {exc}")
+        pytest.skip(str(exc))
+
+    def drop() -> None:
+        import redis
+
+        client = redis.Redis.from_url(server)
+        keys = list(client.scan_iter(match=f"{prefix}:*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+    atexit.register(drop)
+    return store
+
+
+def _redis_client(store: RedisStore) -> Any:
+    """The store's own client: its replies are bytes (no decode_responses), which redis-py's
+    types (``bytes | str``, or an awaitable) cannot say."""
+    return store._client
+
+
+def corrupt_redis(store: Store, run_id: str, seq: int) -> None:
+    from unbroken.stores.redis import RedisStore
+
+    assert isinstance(store, RedisStore)
+    client, key = _redis_client(store), store._key("rec", run_id)
+    for index, element in enumerate(client.lrange(key, 0, -1)):
+        number, check, body = element.split(b" ", 2)
+        if int(number) == seq:
+            client.lset(key, index, b" ".join([number, check, tamper(body.decode()).encode()]))
+
+
+def delete_redis(store: Store, run_id: str, seq: int) -> None:
+    from unbroken.stores.redis import RedisStore
+
+    assert isinstance(store, RedisStore)
+    client, key = _redis_client(store), store._key("rec", run_id)
+    (element,) = [e for e in client.lrange(key, 0, -1) if int(e.split(b" ", 1)[0]) == seq]
+    assert client.lrem(key, 1, element) == 1
+
+
+def edit_redis(store: Store, run_id: str, key: str) -> None:
+    from unbroken.stores.redis import RedisStore
+
+    assert isinstance(store, RedisStore)
+    client, ledger = _redis_client(store), store._key("led", run_id)
+    client.hset(ledger, key, edited(client.hget(ledger, key).decode()).encode())
+
+
+@functools.cache
+def _s3_bucket() -> str:
+    """A bucket on a moto S3 server started in a child process for this session (fake
+    credentials: it takes any), or on ``$UNBROKEN_TEST_S3_ENDPOINT``."""
+    import atexit
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import boto3  # type: ignore[import-untyped]  # boto3 ships no type stubs
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ[name] = "testing"
+    endpoint = os.environ.get("UNBROKEN_TEST_S3_ENDPOINT")
+    if not endpoint:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        atexit.register(server.kill)
+        endpoint = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+    bucket = f"ubc-{os.getpid()}-{int(time.time())}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/{{prefix}}?endpoint={endpoint}&region=us-east-1"
+
+
+def open_s3(tmp: Path) -> Store:
+    """A store under a prefix of its own in the test bucket (moto, over HTTP); skipped when
+    moto[server] is not installed, unless CI is set."""
+    import importlib.util
+    import os
+    import uuid
+
+    if not os.environ.get("UNBROKEN_TEST_S3_ENDPOINT") and importlib.util.find_spec("moto") is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set, so S3 tests must run: moto[server] is not installed")
+        pytest.skip("moto[server] is not installed (pip install -e '.[dev]')")
+    return open_store(_s3_bucket().format(prefix=f"t-{uuid.uuid4().hex[:12]}"))
+
+
+def corrupt_s3(store: Store, run_id: str, seq: int) -> None:
+    from unbroken.stores._s3_layout import pack, unpack
+    from unbroken.stores.s3 import S3Store
+
+    assert isinstance(store, S3Store)
+    bucket = store.objects
+    for name in bucket.names(f"runs/{run_id}/"):
+        if "/rec/" not in name and "/seg/" not in name:
+            continue
+        body, _ = bucket.get(name) or (b"", "")
+        records = unpack(body, [])
+        if any(number == seq for number, _, _ in records):
+            changed = [(n, c, tamper(b.decode()).encode() if n == seq else b) for n, c, b in records]
+            bucket.put(name, pack(changed))
+
+
+def delete_s3(store: Store, run_id: str, seq: int) -> None:
+    from unbroken.stores._s3_layout import pack, unpack
+    from unbroken.stores.s3 import S3Store
+
+    assert isinstance(store, S3Store)
+    bucket = store.objects
+    for name in bucket.names(f"runs/{run_id}/"):
+        if "/rec/" not in name and "/seg/" not in name:
+            continue
+        body, _ = bucket.get(name) or (b"", "")
+        records = unpack(body, [])
+        if any(number == seq for number, _, _ in records):
+            rest = [record for record in records if record[0] != seq]
+            if rest:
+                bucket.put(name, pack(rest))
+            else:
+                bucket.delete([name])
+
+
+def edit_s3(store: Store, run_id: str, key: str) -> None:
+    from urllib.parse import quote
+
+    from unbroken.stores.s3 import S3Store
+
+    assert isinstance(store, S3Store)
+    # The entry is stored in its own object and, while its save is the run's last, in the head.
+    for name in (f"runs/{run_id}/led/{quote(key, safe='')}", f"runs/{run_id}/head"):
+        found = store.objects.get(name)
+        if found is not None:
+            store.objects.put(name, edited(found[0].decode()).encode())
+
+
+def _jsonkv_record(store: Store, run_id: str, seq: int) -> Path:
+    assert isinstance(store, JsonKVStore)
+    head = json.loads((store.root / "runs" / run_id / "head.json").read_text())
+    return store.root / "runs" / run_id / f"g{head.get('gen', 0)}" / f"{seq}.json"
+
+
+def corrupt_jsonkv(store: Store, run_id: str, seq: int) -> None:
+    path = _jsonkv_record(store, run_id, seq)
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "body": tamper(record["body"])}))
+
+
+def delete_jsonkv(store: Store, run_id: str, seq: int) -> None:
+    _jsonkv_record(store, run_id, seq).unlink()
+
+
+def edit_jsonkv(store: Store, run_id: str, key: str) -> None:
+    assert isinstance(store, JsonKVStore)
+    (path,) = (store.root / "runs" / run_id / "ledger").glob("*.json")
+    path.write_text(edited(path.read_text()))
 
 
 @dataclass(frozen=True)
 class Backend:
     open: Callable[[Path], Store]
     corrupt: Callable[[Store, str, int], None]
+    delete: Callable[[Store, str, int], None]
+    edit: Callable[[Store, str, str], None]
+    reopen: Callable[[Store], Store] = lambda store: open_store(store.url)
 
 
+SQLITE = (corrupt_sqlite, delete_sqlite, edit_sqlite)
 BACKENDS = [
-    pytest.param(Backend(lambda tmp: open_store("memory://"), corrupt_memory), id="memory"),
-    pytest.param(Backend(lambda tmp: open_store(f"sqlite:///{tmp}/runs.db"), corrupt_sqlite), id="sqlite-full"),
+    pytest.param(Backend(lambda tmp: open_store("memory://"), corrupt_memory, delete_memory, edit_memory), id="memory"),
+    pytest.param(Backend(lambda tmp: open_store(f"sqlite:///{tmp}/runs.db"), *SQLITE), id="sqlite-full"),
     pytest.param(
-        Backend(lambda tmp: open_store(f"sqlite:///{tmp}/runs.db?durability=normal"), corrupt_sqlite),
-        id="sqlite-normal",
+        Backend(lambda tmp: open_store(f"sqlite:///{tmp}/runs.db?durability=normal"), *SQLITE), id="sqlite-normal"
     ),
-    pytest.param(Backend(lambda tmp: open_store(f"file://{tmp}/store"), corrupt_file), id="file"),
-    pytest.param(Backend(open_postgres, corrupt_postgres), id="postgres"),
+    pytest.param(
+        Backend(lambda tmp: open_store(f"file://{tmp}/store"), corrupt_file, delete_file, edit_file), id="file"
+    ),
+    pytest.param(Backend(open_postgres, corrupt_postgres, delete_postgres, edit_postgres), id="postgres"),
+    pytest.param(Backend(open_redis, corrupt_redis, delete_redis, edit_redis), id="redis"),
+    pytest.param(Backend(open_s3, corrupt_s3, delete_s3, edit_s3), id="s3"),
+    pytest.param(
+        Backend(
+            lambda tmp: JsonKVStore(tmp / "kv"),
+            corrupt_jsonkv,
+            delete_jsonkv,
+            edit_jsonkv,
+            lambda store: JsonKVStore(store.root),  # type: ignore[attr-defined]
+        ),
+        id="jsonkv-example",
+    ),
 ]
 
 
@@ -112,3 +387,12 @@ class TestStoreContract(StoreContract):
 
     def corrupt_record(self, store: Store, run_id: str, seq: int) -> None:
         self.backend.corrupt(store, run_id, seq)
+
+    def delete_record(self, store: Store, run_id: str, seq: int) -> None:
+        self.backend.delete(store, run_id, seq)
+
+    def edit_entry(self, store: Store, run_id: str, key: str) -> None:
+        self.backend.edit(store, run_id, key)
+
+    def reopen(self, store: Store) -> Store:
+        return self.backend.reopen(store)

@@ -38,6 +38,18 @@ def store_url(store_kind: str, tmp_path: Path) -> str:
     return STORE_URLS[store_kind](tmp_path)
 
 
+@pytest.fixture(params=["sync", "async"])
+def driver(request: pytest.FixtureRequest) -> str:
+    """Which driver of the one engine runs the agent: ``Agent.run`` or ``Agent.arun``."""
+    return str(request.param)
+
+
+@pytest.fixture(params=["sync", pytest.param("async", marks=pytest.mark.slow)])
+def sweep_driver(request: pytest.FixtureRequest) -> str:
+    """``driver`` for the long window sweep: the async pass runs under ``make reliability``."""
+    return str(request.param)
+
+
 @pytest.fixture
 def service(tmp_path: Path) -> CountingService:
     return CountingService(tmp_path / "service.jsonl")

@@ -2,6 +2,7 @@
 counting service, in a fresh interpreter so SIGKILL loses everything not yet durable.
 
     python crash_driver.py agent --store URL --run-id ID --service PATH --script matrix [--probe]
+        [--driver sync|async]
     python crash_driver.py once --store URL --run-id ID --service PATH --go FILE
 
 Crash points are armed by the parent through ``UNBROKEN_CRASH_AT`` in the environment, or with
@@ -13,11 +14,15 @@ how the run (or race) ended.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import json
 import os
 import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +66,23 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     ],
     # The seed incident: one email to the customer, then done.
     "seed": [_turn(("toolu_email", "send_email", {"to": CUSTOMER, "subject": "Your refund"})), FINAL],
+    # A provider that reuses ids: call_0 every turn (the same email twice, then another one),
+    # then call_0 twice in one turn.
+    "reused_ids": [
+        _turn(("call_0", "send_email", {"to": "a@example.com", "subject": "Hello"})),
+        _turn(("call_0", "send_email", {"to": "a@example.com", "subject": "Hello"})),
+        _turn(("call_0", "send_email", {"to": "b@example.com", "subject": "Other"})),
+        _turn(
+            ("call_0", "send_email", {"to": "c@example.com", "subject": "Twin 1"}),
+            ("call_0", "send_email", {"to": "d@example.com", "subject": "Twin 2"}),
+        ),
+        FINAL,
+    ],
+    # A tool that kills its own process every time it runs (os._exit), of each class.
+    "crash_loop_read": [_turn(("toolu_die", "die_reading", {})), FINAL],
+    "crash_loop_send": [_turn(("toolu_die", "die_sending", {})), FINAL],
+    # arun: a slow call changes business_state, then a fast sibling's result is saved.
+    "slow_sibling": [_turn(("toolu_slow", "tally_slow", {}), ("toolu_fast", "tally_fast", {})), FINAL],
 }
 
 # The call ids each script makes, per tool class (used by the tests to know what to expect).
@@ -70,13 +92,21 @@ CALLS = {
 }
 
 
-def build_tools(service: CountingService, probe: bool) -> list[Tool]:
+def build_tools(service: CountingService, probe: bool, asynchronous: bool = False) -> list[Tool]:
+    """The tools of the scripts; with ``asynchronous``, each is an ``async def`` (with no
+    await inside, so the crash points of one turn come in the same order under both drivers)."""
+
+    def as_async(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return _as_async(fn) if asynchronous else fn
+
     @tool(effect="read_only")
+    @as_async
     def read_file(path: str) -> str:
         """Read a file."""
         return service.read(path)
 
     @tool(effect="idempotent")
+    @as_async
     def put_object(name: str, body: str, *, call: ToolCall) -> str:
         """Store an object."""
         return service.put(call.idempotency_key, name, body)
@@ -86,11 +116,50 @@ def build_tools(service: CountingService, probe: bool) -> list[Tool]:
         return Found(sent) if sent is not None else NotExecuted()
 
     @tool(effect="side_effect", probe=find_in_outbox if probe else None)
+    @as_async
     def send_email(to: str, subject: str, *, call: ToolCall) -> str:
         """Send an email."""
         return service.send(call.idempotency_key, to, subject)
 
-    return [read_file, put_object, send_email]
+    @tool(effect="read_only")
+    def die_reading() -> str:
+        """Read something so big that the process dies."""
+        service.read("die")
+        os._exit(137)
+
+    @tool(effect="side_effect", probe=lambda call: NotExecuted())
+    def die_sending(*, call: ToolCall) -> str:
+        """Crash before sending (the probe truthfully says it never sent)."""
+        service.read("die")
+        os._exit(137)
+
+    slow_changed = threading.Event()
+
+    @tool(effect="read_only")
+    def tally_slow(*, state: dict[str, Any]) -> str:
+        """Count, slowly."""
+        state["slow"] = state.get("slow", 0) + 1
+        slow_changed.set()
+        time.sleep(1.0)  # the fast sibling's result is saved meanwhile (and the process killed)
+        return "slow counted"
+
+    @tool(effect="read_only")
+    def tally_fast(*, state: dict[str, Any]) -> str:
+        """Count, fast, once the slow call has made its change (under arun, where they overlap)."""
+        if asynchronous:
+            slow_changed.wait(10)
+        state["fast"] = state.get("fast", 0) + 1
+        return "fast counted"
+
+    return [read_file, put_object, send_email, die_reading, die_sending, tally_slow, tally_fast]
+
+
+def _as_async(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return run
 
 
 def run_agent(args: argparse.Namespace) -> dict[str, Any]:
@@ -98,11 +167,15 @@ def run_agent(args: argparse.Namespace) -> dict[str, Any]:
     store = open_store(args.store)
     agent = Agent(
         model=ScriptedModel(SCRIPTS[args.script]),
-        tools=build_tools(service, args.probe),
+        tools=build_tools(service, args.probe, asynchronous=args.driver == "async"),
         store=store,
         unknown_policy=args.policy,
     )
-    result = agent.run("Send the customer their report", run_id=args.run_id)
+    task = "Send the customer their report"
+    if args.driver == "async":
+        result = asyncio.run(agent.arun(task, run_id=args.run_id))
+    else:
+        result = agent.run(task, run_id=args.run_id)
     return {"status": result.status, "resumed": result.resumed, "reconciled": result.reconciled}
 
 
@@ -149,6 +222,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--script", choices=sorted(SCRIPTS), default="matrix")
     parser.add_argument("--probe", action="store_true")
     parser.add_argument("--policy", default="tell_model")
+    parser.add_argument("--driver", choices=["sync", "async"], default="sync")
     parser.add_argument("--go", default="")
     parser.add_argument("--kill-after", default="")
     args = parser.parse_args(argv)

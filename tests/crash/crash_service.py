@@ -61,7 +61,7 @@ class CountingService:
         row = self._locked({"endpoint": "send", "key": idempotency_key, "body": f"{to}:{subject}"}, dedupe=False)
         return f"sent message {row['n']} to {to}"
 
-    def find_sent(self, idempotency_key: str) -> str | None:
+    def find_sent(self, idempotency_key: str | None) -> str | None:
         """What ``send`` returned for this key, if an email with it is in the outbox."""
         for row in self.rows():
             if row["endpoint"] == "send" and row["key"] == idempotency_key:

@@ -25,7 +25,6 @@ from crash_driver import CALLS, SCRIPTS
 from crash_service import CountingService
 
 from unbroken import ScriptedModel, open_store
-from unbroken.state import idempotency_key
 
 TARGETS = ("read_only", "idempotent", "side_effect", "side_effect+probe")
 WINDOWS = ("before_intent", "after_intent", "after_execute", "after_outcome", "outcome_not_checkpointed")
@@ -80,9 +79,9 @@ class Figures:
         )
 
 
-def truth(service: CountingService, run_id: str, call_id: str) -> str | None:
+def truth(service: CountingService, keys: Mapping[str, str], call_id: str) -> str | None:
     """What the outside world says the call returned, or None if it never took effect."""
-    key = idempotency_key(run_id, call_id)
+    key = keys.get(call_id)
     if call_id == "toolu_read":
         return "contents of orders.csv" if service.requests("read") else None
     if call_id == "toolu_put":
@@ -110,6 +109,7 @@ def judge(
     try:
         state = store.load(run_id)
         ledger = {entry.call_id: entry for entry in store.ledger_list(run_id)}
+        keys = {call_id: entry.key for call_id, entry in ledger.items()}
     finally:
         store.close()
     if state.phase != "completed":
@@ -124,7 +124,7 @@ def judge(
                 bodies[row["body"]] = bodies.get(row["body"], 0) + 1
         figures.duplicates += sum(count - 1 for count in bodies.values())
     put_keys = {r["key"] for r in service.rows() if r["endpoint"] == "put"}
-    if put_keys - {idempotency_key(run_id, "toolu_put")}:
+    if put_keys - {keys["toolu_put"]}:
         problem(f"put_object was called with another key: {put_keys}")
 
     # Histories and results.
@@ -142,9 +142,9 @@ def judge(
         block: Mapping[str, Any] = blocks[0]
         if is_unknown(block):
             continue  # counted below: honest, not lost
-        if block["content"] != truth(service, run_id, call_id):
+        if block["content"] != truth(service, keys, call_id):
             figures.lost_results += 1
-            problem(f"{call_id} answered {block['content']!r}, the world says {truth(service, run_id, call_id)!r}")
+            problem(f"{call_id} answered {block['content']!r}, the world says {truth(service, keys, call_id)!r}")
 
     target = CALLS["matrix"][tool_class]
     target_block = answers.get(target, [{}])[0]
@@ -155,8 +155,8 @@ def judge(
 
     # What each window must lead to, beyond the figures.
     sends = service.effects("send")
-    mail_key = idempotency_key(run_id, "toolu_mail")
-    if sends[idempotency_key(run_id, "toolu_mail2")] != 1:
+    mail_key = keys["toolu_mail"]
+    if sends[keys["toolu_mail2"]] != 1:
         problem("the second email was not sent exactly once")
     no_probe_in_doubt = tool_class == "side_effect" and not probe and window in ("after_intent", "after_execute")
     if no_probe_in_doubt != surfaced:
@@ -166,7 +166,7 @@ def judge(
         if sends[mail_key] != expected_emails:
             problem(f"customer got {sends[mail_key]} emails, expected {expected_emails}")
     if tool_class == "idempotent":
-        put_requests = service.requests("put")[idempotency_key(run_id, "toolu_put")]
+        put_requests = service.requests("put")[keys["toolu_put"]]
         expected_requests = 2 if window == "after_execute" else 1
         if put_requests != expected_requests:
             problem(f"put_object requested {put_requests} times, expected {expected_requests}")
@@ -178,8 +178,9 @@ def judge(
 
 
 def test_no_crash_window_duplicates_loses_or_hides_a_call(
-    store_kind: str, store_url: str, service: CountingService, run_id: str
+    store_kind: str, store_url: str, service: CountingService, run_id: str, sweep_driver: str
 ) -> None:
+    driver = sweep_driver
     figures = Figures()
     for target in TARGETS:
         tool_class, probe = target.removesuffix("+probe"), target.endswith("+probe")
@@ -191,6 +192,7 @@ def test_no_crash_window_duplicates_loses_or_hides_a_call(
             scenario_run = f"{run_id}-{target.replace('+', '-')}-{window}"
             scenario_service = CountingService(service.path.with_name(f"{scenario_run}.jsonl"))
             args = ["agent", "--store", store_url, "--run-id", scenario_run, "--service", str(scenario_service.path)]
+            args += ["--driver", driver]
             args += ["--probe"] if probe else []
             crashed = run_child([*args, "--kill-after", kill_after] if kill_after else args, crash_at=crash_at)
             if not crashed.killed:
@@ -201,7 +203,7 @@ def test_no_crash_window_duplicates_loses_or_hides_a_call(
                 figures.problems.append(f"{name}: resume failed ({resumed.returncode}): {resumed.stderr[-2000:]}")
                 continue
             judge(figures, name, tool_class, window, probe, scenario_service, scenario_run, store_url)
-    print("\n" + figures.line(store_kind))
+    print("\n" + figures.line(f"{store_kind} driver={driver}"))
     assert figures.problems == []
     assert figures.scenarios == 16 + (3 if store_kind == "file" else 0)
     assert (figures.duplicates, figures.lost_results, figures.invalid_histories) == (0, 0, 0)

@@ -9,7 +9,7 @@ from crash_driver import CUSTOMER
 from crash_service import CountingService
 
 from unbroken import open_store, resolve_call
-from unbroken.state import idempotency_key
+from unbroken.state import occurrence_key
 
 KILL_AFTER_SEND = "tool.after_execute:1"
 
@@ -18,7 +18,8 @@ def crash_then_resume(store_url: str, run_id: str, service: CountingService, *ex
     args = ["agent", "--script", "seed", "--store", store_url, "--run-id", run_id, "--service", str(service.path)]
     crashed = run_child([*args, *extra], crash_at=KILL_AFTER_SEND)
     assert crashed.killed, crashed.stderr
-    assert service.effects("send") == {idempotency_key(run_id, "toolu_email"): 1}, "the email went out before the kill"
+    email_key = occurrence_key(run_id, 2, 0, "toolu_email")  # the first turn's save A is save point 2
+    assert service.effects("send") == {email_key: 1}, "the email went out before the kill"
     resumed = run_child([*args, *extra])
     assert resumed.returncode == 0, resumed.stderr
     return resumed.outcome

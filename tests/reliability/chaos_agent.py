@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -125,29 +126,76 @@ def make_agent(store: Store) -> Agent:
     )
 
 
-class _ForgetfulStore(Store):
-    """A store whose effect ledger never remembers an intent: the bug chaos must catch."""
-
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
-        self.url = inner.url
-        self.capabilities = inner.capabilities
-
-    def __getattribute__(self, name: str) -> Any:
-        own = ("inner", "url", "capabilities", "ledger_claim", "decode", "load", "history", "exists")
-        if name in own or name.startswith("__"):
-            return object.__getattribute__(self, name)
-        return getattr(object.__getattribute__(self, "inner"), name)
-
-    def ledger_claim(self, entry: LedgerEntry, *, fence: int | None = None) -> tuple[LedgerEntry, bool]:
-        self.inner.ledger_put(entry, fence=fence)
-        return entry, True
-
-    append = read_records = rewrite = list_runs = delete_run = ledger_put = ledger_get = None  # type: ignore[assignment]
-    ledger_list = ledger_gc = acquire_lease = renew_lease = release_lease = lease_of = None  # type: ignore[assignment]
-
-
 def make_forgetful_agent(store: Store) -> Agent:
     """The example agent on a store that forgets claimed intents, so a crash between a tool's
     execution and its outcome makes the tool run again: ``unbroken chaos`` must fail on it."""
-    return make_agent(_ForgetfulStore(store))
+    remember = store.ledger_put
+
+    def forget_intents(entry: LedgerEntry, *, fence: int | None = None) -> tuple[LedgerEntry, bool]:
+        remember(entry, fence=fence)
+        return entry, True  # "claimed just now", even when the call was claimed (or done) before
+
+    store.ledger_claim = forget_intents  # type: ignore[method-assign]
+    return make_agent(store)
+
+
+def receipt_was_sent(world: Path) -> list[str]:
+    """A user check (``--check``): the customer got the receipt. The email tool has no probe,
+    so a crash between saving its intent and sending leaves an unknown outcome that is never
+    retried: at most once is kept, and this check shows what it costs."""
+    sent = [entry for entry in read_book(world, "outbox") if entry["subject"] == "receipt"]
+    return [] if sent else ["no receipt was sent to ann@example.com"]
+
+
+# An invoice tool declared read_only although it sends: the user error chaos must catch.
+
+
+@tool(effect="read_only")
+def send_invoice(customer: str, amount: int) -> str:
+    """Send an invoice (wrongly declared read-only)."""
+    # Which thread sent it tells the tests which driver ran it (Agent.arun runs sync tools in threads).
+    _append(
+        "invoices",
+        {
+            "customer": customer,
+            "amount": amount,
+            "main_thread": threading.current_thread() is threading.main_thread(),
+        },
+    )
+    return f"invoice for {amount} cents sent to {customer}"
+
+
+def make_invoice_agent(store: Store) -> Agent:
+    """Sends one invoice through a tool declared read_only: a resume re-runs it."""
+    script = [
+        _turn(("toolu_i1", "send_invoice", {"customer": "ann@example.com", "amount": 1250})),
+        {"content": [{"type": "text", "text": "Invoiced."}], "stop_reason": "end_turn", "usage": dict(USAGE)},
+    ]
+    return Agent(ScriptedModel(script), [lookup_order, send_invoice], store, max_turns=5)
+
+
+def one_invoice_per_customer(world: Path) -> list[str]:
+    """A user check: each customer got at most one invoice."""
+    counts: dict[str, int] = {}
+    for entry in read_book(world, "invoices"):
+        counts[entry["customer"]] = counts.get(entry["customer"], 0) + 1
+    return [f"{customer} got {n} invoices" for customer, n in sorted(counts.items()) if n > 1]
+
+
+# An idempotent tool that never looks at the idempotency key: each run applies it again.
+
+
+@tool(effect="idempotent")
+def add_loyalty_points(customer: str, points: int) -> str:
+    """Credit loyalty points (declared idempotent, but adds again every time it runs)."""
+    _append("loyalty", {"customer": customer, "points": points})
+    return f"{points} points credited to {customer}"
+
+
+def make_keyless_agent(store: Store) -> Agent:
+    """Credits points through an idempotent tool that ignores the key."""
+    script = [
+        _turn(("toolu_k1", "add_loyalty_points", {"customer": "ann@example.com", "points": 50})),
+        {"content": [{"type": "text", "text": "Credited."}], "stop_reason": "end_turn", "usage": dict(USAGE)},
+    ]
+    return Agent(ScriptedModel(script), [add_loyalty_points], store, max_turns=5)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from reliability_agents import AGENT, TASK
 
-from unbroken import chaos
 from unbroken.codec import StoredRecord
+from unbroken.testing import chaos
 
 
 @pytest.fixture

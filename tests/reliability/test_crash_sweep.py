@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from chaos_postgres import KINDS, postgres_server
 from reliability_agents import FORGETFUL_AGENT, TASK
 
-from unbroken import chaos
-from unbroken.chaos._config import drop_stores, postgres_server
+from unbroken.testing import chaos
 
-STORE_KINDS = sorted(chaos.STORE_KINDS)
-LOCAL_KINDS = [kind for kind in STORE_KINDS if chaos.STORE_KINDS[kind].drop_all is None]
+STORE_KINDS = sorted(KINDS)
+LOCAL_KINDS = [kind for kind in STORE_KINDS if KINDS[kind].drop_all is None]
 # A PostgreSQL run costs several times a local one (a schema per world, a round trip per
 # save): fewer random kills keep its share of `make test` under ~25 s.
 FAST_KILLS = {"postgres": 12}
@@ -47,7 +47,7 @@ def store_kind(request: pytest.FixtureRequest, scratch: Path) -> Iterator[str]:
     try:
         yield kind
     finally:
-        drop_stores(kind, scratch)
+        chaos.drop_stores(KINDS[kind], scratch)
 
 
 def _explain(report: chaos.ChaosReport) -> str:
@@ -58,7 +58,7 @@ def _explain(report: chaos.ChaosReport) -> str:
 def test_killing_a_run_at_every_crash_point_breaks_no_invariant(
     store_kind: str, agent_factory: chaos.AgentFactory, scratch: Path
 ) -> None:
-    report = chaos.sweep(agent_factory, TASK, store_kind=store_kind, workdir=scratch, per_label=2)
+    report = chaos.sweep(agent_factory, TASK, store_kind=KINDS[store_kind], workdir=scratch, per_label=2)
     assert report.ok, _explain(report)
     assert report.corrupt_loads == 0 and report.double_effects == 0
     assert all(stats.kills >= 1 for stats in report.points.values())
@@ -70,7 +70,7 @@ def test_killing_a_run_at_every_crash_point_breaks_no_invariant(
 def test_crash_points_cover_every_save_tool_and_store_write(
     store_kind: str, agent_factory: chaos.AgentFactory, scratch: Path
 ) -> None:
-    reached = chaos.crash_points(agent_factory, TASK, store_kind=store_kind, workdir=scratch)
+    reached = chaos.crash_points(agent_factory, TASK, store_kind=KINDS[store_kind], workdir=scratch)
     expected = {
         "model.before_call",
         "save.model_turn.before",
@@ -103,7 +103,9 @@ def test_crash_points_cover_every_save_tool_and_store_write(
 def test_random_sigkills_from_outside_break_no_invariant(
     store_kind: str, kills: int, seed: int, agent_factory: chaos.AgentFactory, scratch: Path
 ) -> None:
-    report = chaos.random_kills(agent_factory, TASK, store_kind=store_kind, workdir=scratch, kills=kills, seed=seed)
+    report = chaos.random_kills(
+        agent_factory, TASK, store_kind=KINDS[store_kind], workdir=scratch, kills=kills, seed=seed
+    )
     assert report.ok, _explain(report)
     assert report.kills >= kills and report.corrupt_loads == 0
 
@@ -122,5 +124,39 @@ def test_the_sweep_catches_a_side_effect_run_twice(scratch: Path) -> None:
 def test_every_n_of_every_crash_point_breaks_no_invariant(
     store_kind: str, agent_factory: chaos.AgentFactory, scratch: Path
 ) -> None:
-    report = chaos.sweep(agent_factory, TASK, store_kind=store_kind, workdir=scratch, per_label=None, rearm=3)
+    report = chaos.sweep(agent_factory, TASK, store_kind=KINDS[store_kind], workdir=scratch, per_label=None, rearm=3)
     assert report.ok, _explain(report)
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite"], indirect=True)
+def test_killing_an_arun_driven_run_at_every_crash_point_breaks_no_invariant(
+    store_kind: str, agent_factory: chaos.AgentFactory, scratch: Path
+) -> None:
+    report = chaos.sweep(
+        agent_factory, TASK, store_kind=KINDS[store_kind], workdir=scratch, per_label=1, driver="async"
+    )
+    assert report.ok, _explain(report)
+    assert report.mode.endswith("async") and report.kills >= len(report.points)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store_kind", STORE_KINDS, indirect=True)
+def test_every_n_of_every_crash_point_of_an_arun_driven_run_breaks_no_invariant(
+    store_kind: str, agent_factory: chaos.AgentFactory, scratch: Path
+) -> None:
+    report = chaos.sweep(
+        agent_factory, TASK, store_kind=KINDS[store_kind], workdir=scratch, per_label=None, rearm=3, driver="async"
+    )
+    assert report.ok, _explain(report)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store_kind", LOCAL_KINDS, indirect=True)
+def test_random_sigkills_of_arun_driven_runs_break_no_invariant(
+    store_kind: str, agent_factory: chaos.AgentFactory, scratch: Path
+) -> None:
+    report = chaos.random_kills(
+        agent_factory, TASK, store_kind=KINDS[store_kind], workdir=scratch, kills=150, seed=12, driver="async"
+    )
+    assert report.ok, _explain(report)
+    assert report.kills >= 150 and report.corrupt_loads == 0

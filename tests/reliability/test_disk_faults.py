@@ -16,10 +16,10 @@ import pytest
 from chaos_agent import SERVICE_ENV, make_agent
 from reliability_agents import TASK
 
+from faults_kit import DiskFaults, FailingConnection
 from unbroken import LedgerEntry, RunState, Store, StoreUnavailable, open_store
 from unbroken.codec import Encoder, encode_full
 from unbroken.stores import files as file_store_module
-from unbroken.testing.faults import DiskFaults, FailingConnection
 
 RUN_ID = "faults"
 Operation = Callable[[Store, RunState], None]
@@ -103,7 +103,10 @@ def test_file_store_disk_errors_at_every_step_are_typed_and_change_nothing(opera
     base = scratch / "base"
     base.mkdir()
     url = _base("file", base)
-    url_of = lambda directory: url.replace(str(base), str(directory))  # noqa: E731
+
+    def url_of(directory: Path) -> str:
+        return url.replace(str(base), str(directory))
+
     counting = _fresh(base, scratch / "count")
     store = open_store(url_of(counting))
     with DiskFaults(file_store_module) as counter:

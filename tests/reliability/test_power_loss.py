@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from reliability_agents import AGENT, TASK
 
+import faults_kit as faults
 from unbroken import open_store
-from unbroken.testing import faults
 
 RUN_ID = "powerloss"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from core_scripts import final_turn, reading_script, tool_turn
@@ -136,7 +136,7 @@ def _tamper(path: Path, run_id: str, seq: int, body: str) -> None:
         conn.execute("UPDATE unbroken_records SET body=? WHERE run_id=? AND seq=?", (body, run_id, seq))
 
 
-def test_a_garbage_record_is_detected_and_the_run_resumes_from_the_last_intact_save(tmp_path: Path) -> None:
+def test_a_garbage_record_is_detected_and_the_run_refuses_to_resume_until_recovered(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
     store = open_store(f"sqlite:///{path}")
     model = ScriptedModel(reading_script(3))
@@ -149,16 +149,16 @@ def test_a_garbage_record_is_detected_and_the_run_resumes_from_the_last_intact_s
     assert caught.value.last_good_seq == 4
     recovered = store.load("r", recover=True)
     assert recovered.save_seq == 4 and recovered.phase == history[3].phase
-    result = agent.run("t", run_id="r")
-    assert result.status == "completed" and result.recovered_from and "save record 5" in result.recovered_from
-    assert store.load("r").turns == 4
+    with pytest.raises(CorruptCheckpoint, match="save record 5"):  # resuming never repairs silently
+        agent.run("t", run_id="r")
+    assert [r.seq for r in store.read_records("r")][-1] == history[-1].seq  # nothing deleted
 
 
 def test_a_truncated_record_is_detected(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
     store = open_store(f"sqlite:///{path}")
     finished_run(store, turns=2)
-    body = store.read_records("r")[-1].body
+    body = cast(str, store.read_records("r")[-1].body)  # read_records hands back text
     _tamper(path, "r", store.read_records("r")[-1].seq, body[: len(body) // 2])
     with pytest.raises(CorruptCheckpoint):
         store.load("r")
@@ -172,7 +172,7 @@ def test_a_checkpoint_from_a_future_version_is_refused_and_left_alone(tmp_path: 
     store = open_store(f"sqlite:///{path}")
     finished_run(store, turns=1)
     last = store.read_records("r")[-1]
-    future = last.body.replace('"v":1', '"v":99', 1)
+    future = cast(str, last.body).replace('"v":1', '"v":99', 1)
     with sqlite3.connect(path) as conn:
         conn.execute(
             "UPDATE unbroken_records SET body=?, checksum=? WHERE run_id='r' AND seq=?",

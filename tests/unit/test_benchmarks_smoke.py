@@ -23,18 +23,30 @@ def test_benchmark_prints_the_table_and_a_verdict_for_every_target(tmp_path: Pat
             "--no-langgraph",
             "--agent-turns",
             "2",
+            "--crash-turns",
+            "3",
+            "--scale-turns",
+            "3",
+            "--no-fleet",
             "--dir",
             str(tmp_path),
         ],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
         check=False,
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    for row in ("| 3 | bare SQLite commit (floor) |", "| 3 | unbroken sqlite full |", "| 3 | textbook JSON rewrite |"):
+    for row in (
+        "| 3 | bare SQLite commit (floor) |",
+        "| 3 | unbroken sqlite full |",
+        "| 3 | textbook JSON rewrite |",
+        "| 3 | floor: python + import unbroken + orjson.loads of the history |",
+        "| 3 | textbook JSON file (json.loads of its state) |",
+    ):
         assert row in out
     verdicts = [line for line in out.splitlines() if line.startswith(("PASS ", "FAIL "))]
-    assert [line.split()[1] for line in verdicts] == ["save", "bytes", "resume", "import"]
+    kinds = ["crash", "load", "save", "bytes", "resume", "resume", "resume", "compacted", "import"]
+    assert [line.split()[1] for line in verdicts] == kinds
     assert list(tmp_path.iterdir()) == []  # every database it made was removed

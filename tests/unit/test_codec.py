@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import math
+import uuid
+from dataclasses import dataclass
+from typing import cast
 
 import pytest
 
 from unbroken import CorruptCheckpoint, IncompatibleSchema, NotJSONValue, RunState
 from unbroken.codec import Encoder, Migrations, PackedRecords, StoredRecord, decode, ensure_json
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
 
 
 def saves_of(states: list[RunState], snapshot_every: int = 50) -> list[StoredRecord]:
@@ -63,7 +74,7 @@ def test_in_place_mutation_of_business_state_is_saved() -> None:
 
 def test_every_flipped_byte_of_a_record_is_detected() -> None:
     records = saves_of(growing_run(2))
-    body = records[1].body
+    body = cast(str, records[1].body)  # the Encoder makes text bodies
     for index in range(len(body)):
         flipped = body[:index] + chr(ord(body[index]) ^ 1) + body[index + 1 :]
         with pytest.raises(CorruptCheckpoint):
@@ -150,7 +161,7 @@ def test_damage_in_a_packed_read_is_judged_record_by_record() -> None:
     states = growing_run(4)
     records = saves_of(states)
     damaged = list(records)
-    damaged[2] = StoredRecord(3, records[2].body.replace('"m3"', '"mX"'), records[2].checksum)
+    damaged[2] = StoredRecord(3, cast(str, records[2].body).replace('"m3"', '"mX"'), records[2].checksum)
     with pytest.raises(CorruptCheckpoint, match="save record 3"):
         decode("r", packed_of(damaged))
     assert decode("r", packed_of(damaged), recover=True).state == states[1]
@@ -160,6 +171,33 @@ def test_a_misordered_packed_read_uses_the_stores_ordered_read_and_finds_no_dama
     states = growing_run(4)
     records = saves_of(states)
     swapped = packed_of([records[1], records[0], records[2], records[3]])
-    swapped_index = [(r.seq, r.checksum, len(r.body.encode())) for r in records]
+    swapped_index = [(r.seq, r.checksum, len(cast(str, r.body).encode())) for r in records]
     misordered = PackedRecords(swapped.buffer, swapped_index)
     assert decode("r", misordered, fallback=lambda: records).state == states[-1]
+
+
+def test_an_integer_beyond_64_bits_is_refused_with_its_path() -> None:
+    state = RunState(run_id="r", task="t", save_seq=1, business_state={"order": {"id": 2**64}})
+    with pytest.raises(NotJSONValue, match=r"business_state\.order\.id: an integer beyond 64 bits"):
+        Encoder().encode(state, "a")
+
+
+def test_64_bit_integers_at_both_ends_survive_a_round_trip() -> None:
+    state = RunState(run_id="r", task="t", save_seq=1, business_state={"lo": -(2**63), "hi": 2**64 - 1})
+    encoded = Encoder().encode(state, "a")
+    loaded = decode("r", [StoredRecord(1, encoded.body, encoded.checksum)]).state
+    assert loaded.business_state == {"lo": -(2**63), "hi": 2**64 - 1}
+
+
+def test_nan_in_a_message_from_a_json_model_is_still_refused() -> None:
+    # The fast encoder writes NaN as null; the encoder must notice instead of saving a null.
+    state = RunState(run_id="r", task="t", save_seq=1, messages=[{"role": "user", "content": [{"score": math.nan}]}])
+    with pytest.raises(NotJSONValue, match=r"messages\[0"):
+        Encoder(messages_are_json=True).encode(state, "a")
+
+
+@pytest.mark.parametrize("value", [datetime.datetime(2026, 1, 1), Point(1, 2), uuid.UUID(int=1)])
+def test_objects_a_fast_encoder_would_convert_are_refused(value: object) -> None:
+    state = RunState(run_id="r", task="t", save_seq=1, business_state={"x": value})
+    with pytest.raises(NotJSONValue, match=r"business_state\.x"):
+        Encoder().encode(state, "a")

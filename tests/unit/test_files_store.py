@@ -417,3 +417,145 @@ def test_ledger_claims_from_several_processes_create_exactly_one_entry(file_stor
 
     assert sorted(outputs) == ["False", "False", "False", "True"]
     assert len(file_store.ledger_list("run-race")) == 1
+
+
+# --------------------------------------------------------------------------- segments
+
+SMALL_PACKING = "import unbroken.stores.files as files; files.KEEP_RECENT = 4; files.PACK_BATCH = 8"
+
+
+@pytest.fixture
+def small_packing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pack every 8 records, keeping the 4 newest loose (the defaults need hundreds of saves)."""
+    monkeypatch.setattr("unbroken.stores.files.KEEP_RECENT", 4)
+    monkeypatch.setattr("unbroken.stores.files.PACK_BATCH", 8)
+
+
+def names_in_records(store: FileStore, run_id: str = "run-1") -> list[str]:
+    return sorted(p.name for p in (run_dir(store, run_id) / "records").iterdir() if not p.name.startswith("HEAD"))
+
+
+@pytest.mark.usefixtures("small_packing")
+def test_older_saves_are_packed_into_segments_and_the_newest_stay_one_file_each(file_store: FileStore) -> None:
+    run = saved_run(file_store, turns=20)
+
+    assert names_in_records(file_store) == [
+        "000000000017.json",
+        "000000000018.json",
+        "000000000019.json",
+        "000000000020.json",
+        "segment-000000000001-000000000008.json",
+        "segment-000000000009-000000000016.json",
+    ]
+    assert comparable_state(file_store.load("run-1")) == comparable_state(run.state)
+    assert [r.seq for r in file_store.read_records("run-1")] == list(range(1, 21))
+
+
+@pytest.mark.usefixtures("small_packing")
+def test_a_segment_is_an_index_line_then_a_json_array_of_the_bodies_verbatim(file_store: FileStore) -> None:
+    run = RunWriter(file_store, "run-1")
+    written = [run.turn(step) for step in range(1, 13)]
+
+    segment = run_dir(file_store, "run-1") / "records" / "segment-000000000001-000000000008.json"
+    index, bodies = segment.read_bytes().decode().splitlines()
+
+    assert bodies == "[" + ",".join(save.body for save in written[:8]) + "]"
+    assert json.loads(bodies) == [json.loads(save.body) for save in written[:8]]
+    assert json.loads(index)["segment"] == {
+        "first": 1,
+        "checksums": [save.checksum for save in written[:8]],
+        "lengths": [len(save.body.encode()) for save in written[:8]],
+        "snapshots": [save.seq for save in written[:8] if save.snapshot],
+    }
+
+
+@pytest.mark.usefixtures("small_packing")
+def test_a_damaged_body_in_a_segment_is_reported_at_its_seq_and_nothing_is_changed(file_store: FileStore) -> None:
+    saved_run(file_store, turns=12)
+    segment = run_dir(file_store, "run-1") / "records" / "segment-000000000001-000000000008.json"
+    data = segment.read_bytes()
+    at = data.index(b"step 5")  # in the body of record 5
+    segment.write_bytes(data[:at] + b"stop" + data[at + 4 :])
+    before = names_in_records(file_store)
+
+    with pytest.raises(CorruptCheckpoint) as caught:
+        file_store.load("run-1")
+
+    assert caught.value.last_good_seq == 4
+    assert names_in_records(file_store) == before
+
+
+@pytest.mark.usefixtures("small_packing")
+def test_a_damaged_segment_index_is_reported_at_the_segments_first_seq(file_store: FileStore) -> None:
+    saved_run(file_store, turns=20)
+    segment = run_dir(file_store, "run-1") / "records" / "segment-000000000009-000000000016.json"
+    segment.write_bytes(b"{not json" + segment.read_bytes())
+
+    with pytest.raises(CorruptCheckpoint) as caught:
+        file_store.load("run-1")
+
+    assert caught.value.last_good_seq == 8
+
+
+@pytest.mark.usefixtures("small_packing")
+def test_a_damaged_record_file_is_never_packed(file_store: FileStore) -> None:
+    run = saved_run(file_store, turns=4)
+    record_path(file_store, "run-1", 3).write_text("torn")
+    for step in range(5, 21):
+        run.turn(step)
+
+    assert "segment-000000000001-000000000002.json" in names_in_records(file_store)
+    assert record_path(file_store, "run-1", 3).read_text() == "torn"
+    with pytest.raises(CorruptCheckpoint) as caught:
+        file_store.load("run-1")
+    assert caught.value.last_good_seq == 2
+
+
+def comparable_state(state: object) -> object:
+    from unbroken.testing.contract._support import comparable
+
+    return comparable(state)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("crash_at", "segment_written"),
+    [
+        ("file.after_temp_write:13", False),  # save 12's record is the 12th file written, its segment the 13th
+        ("file.pack.segment_written:1", True),
+        ("file.pack.unlinking:1", True),
+    ],
+    ids=["segment-not-yet-renamed", "segment-written", "half-unlinked"],
+)
+def test_a_process_killed_while_packing_loses_nothing_and_the_next_save_finishes_the_pack(
+    file_store: FileStore, crash_at: str, segment_written: bool
+) -> None:
+    script = f"""
+        {SMALL_PACKING}
+        from unbroken.stores.files import FileStore
+        from unbroken.testing.contract import RunWriter
+        run = RunWriter(FileStore({str(file_store.root)!r}), "run-1")
+        for step in range(1, 13):
+            run.turn(step)
+            print(step, flush=True)
+    """
+
+    killed = _python(script, crash_at=crash_at)
+
+    assert killed.returncode == -9, killed.stderr
+    assert killed.stdout.split()[-1] == "11"  # save 12 was durable; its pack was cut short
+    assert ("segment-000000000001-000000000008.json" in names_in_records(file_store)) == segment_written
+    state = file_store.load("run-1")
+    assert state.save_seq == 12 and state.turns == 12
+    assert [r.seq for r in file_store.read_records("run-1")] == list(range(1, 13))
+    resumed = RunWriter(file_store, "run-1")
+    resumed.state = state
+    resumed.encoder.prime(state)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("unbroken.stores.files.KEEP_RECENT", 4)
+        patch.setattr("unbroken.stores.files.PACK_BATCH", 8)
+        for step in range(13, 17):
+            resumed.turn(step)
+    assert [n for n in names_in_records(file_store) if not n.startswith("segment")] == [
+        f"{seq:012d}.json" for seq in range(9, 17)
+    ]
+    assert file_store.load("run-1").turns == 16

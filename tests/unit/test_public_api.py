@@ -8,13 +8,14 @@ import sys
 import unbroken
 
 PUBLIC = {
-    "SCHEMA_VERSION", "Agent", "ConcurrentSave", "ConfigError", "CorruptCheckpoint", "EffectLedger", "Found",
+    "SCHEMA_VERSION", "Agent", "ApprovalError", "ApprovalExpired", "ConcurrentSave", "ConfigError", "CorruptCheckpoint", "EffectLedger", "Found",
     "IdempotencyConflict", "IncompatibleSchema", "InvalidRunId", "InvalidStoreURL", "Lease", "LeaseError",
-    "LeaseHeld", "LeaseLost", "LedgerEntry", "Migrations", "Model", "ModelCallFailed", "ModelTurn", "NotExecuted",
-    "NotJSONValue", "ProposedCall", "RunNotFound", "RunResult", "RunState", "RunSummary", "SaveInfo",
+    "LeaseGuard", "LeaseHeld", "LeaseLost", "LedgerEntry", "Migrations", "Model", "ModelCallFailed", "ModelTurn",
+    "NotExecuted",
+    "NotJSONValue", "ProposedCall", "RecordTooLarge", "RunNotFound", "RunResult", "RunState", "RunSummary", "SaveInfo",
     "ScriptedModel", "StateError", "Store", "StoreError", "StoreUnavailable", "TaskMismatch", "Tool", "ToolCall",
     "ToolDefinitionError", "ToolResult", "ToolSpec", "UnbrokenError", "Unknown", "Unsupported",
-    "__version__", "effect_from_mcp", "open_store", "resolve_call", "tool",
+    "__version__", "current_lease", "effect_from_mcp", "open_store", "resolve_call", "resource", "tool",
 }  # fmt: skip
 
 
@@ -40,8 +41,22 @@ def test_every_error_is_an_unbroken_error() -> None:
 def test_importing_unbroken_loads_no_sdk_driver_or_cli_library() -> None:
     code = (
         "import sys, unbroken\n"
-        "heavy = [m for m in ('anthropic', 'openai', 'psycopg', 'click', 'rich', 'httpx2') if m in sys.modules]\n"
+        "heavy = ('anthropic', 'openai', 'psycopg', 'click', 'rich', 'httpx2', 'agents', 'mcp', 'langgraph')\n"
+        "heavy = [m for m in heavy + ('unbroken.integrations',) if m in sys.modules]\n"
         "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ""
+
+
+def test_importing_unbroken_loads_no_heavy_standard_library_module() -> None:
+    # Each of these costs 5-60 ms at import (asyncio alone ~25 ms); a store or feature that
+    # needs one imports it where it is used, so `import unbroken` stays well under 150 ms.
+    code = (
+        "import sys, unbroken\n"
+        "heavy = ('asyncio', 'sqlite3', 'subprocess', 'ssl', 'http.client', 'email', 'concurrent.futures',\n"
+        "         'multiprocessing', 'xml', 'decimal', 'zoneinfo', 'tomllib', 'importlib.metadata')\n"
+        "print(','.join(m for m in heavy if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""

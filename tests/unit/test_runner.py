@@ -12,6 +12,7 @@ from core_scripts import TOKENS_PER_TURN, final_turn, reading_script, tool_turn
 from unbroken import (
     Agent,
     IncompatibleSchema,
+    LeaseHeld,
     ModelCallFailed,
     ModelTurn,
     RunNotFound,
@@ -20,6 +21,7 @@ from unbroken import (
     TaskMismatch,
     ToolCall,
     ToolSpec,
+    current_lease,
     open_store,
     tool,
 )
@@ -125,7 +127,7 @@ def test_each_result_of_a_turn_is_durable_as_soon_as_it_is_recorded(store: Store
     with pytest.raises(SystemExit):
         Agent(model=ScriptedModel(script), tools=[read], store=store).run("t", run_id="r")
     state = store.load("r")
-    assert sorted(state.results) == ["t1", "t2"]
+    assert sorted(result.call_id for result in state.results.values()) == ["t1", "t2"]
     assert [save.label for save in store.history("r")][-2:] == ["tool_result", "tool_result"]
     result = Agent(model=ScriptedModel(script), tools=[read], store=store).run("t", run_id="r")
     assert result.status == "completed"
@@ -334,7 +336,7 @@ def test_business_state_is_migrated_on_resume_and_saved_with_its_new_version(sto
         return {"owners": [old["owner"]], "seen": old["seen"]}
 
     agent = _counting_run(store, business_state_version=2, business_state_migrations={1: to_v2})
-    agent.model = ScriptedModel(agent.model.responses)  # type: ignore[attr-defined]
+    agent = agent.replace(model=ScriptedModel(agent.model.responses))  # type: ignore[attr-defined]
     result = agent.run("t", run_id="r")
     assert result.status == "completed"
     stored = store.load("r")
@@ -359,3 +361,37 @@ def test_a_business_state_newer_than_the_agent_is_refused(store: Store) -> None:
         )
     with pytest.raises(IncompatibleSchema, match="newer than this agent's 1"):
         _counting_run(store).run("t", run_id="r")
+
+
+def test_a_second_caller_in_the_same_process_is_refused_while_the_first_holds_the_run(store: Store) -> None:
+    # Same Agent, same process (a web server's two requests): the live run is not handed over.
+    seen: list[str] = []
+
+    @tool(effect="read_only")
+    def look() -> str:
+        try:
+            agent.run("t", run_id="shared")
+        except LeaseHeld:
+            seen.append("LeaseHeld")
+        return "seen"
+
+    agent = Agent(model=ScriptedModel([tool_turn(("t1", "look", {})), final_turn()]), tools=[look], store=store)
+    result = agent.run("t", run_id="shared")
+    assert seen == ["LeaseHeld"] and result.status == "completed"
+
+
+@pytest.mark.parametrize(("grace", "expected"), [(None, 9.0), (2.5, 2.5)])
+def test_lease_grace_is_the_takeover_grace_of_the_runs_lease(
+    store: Store, grace: float | None, expected: float
+) -> None:
+    graces: list[float] = []
+
+    @tool
+    def act() -> str:
+        graces.append(current_lease().grace)
+        return "done"
+
+    script = [tool_turn(("t1", "act", {})), final_turn()]
+    agent = Agent(model=ScriptedModel(script), tools=[act], store=store, lease_ttl=9.0, lease_grace=grace)
+    assert agent.run("t", run_id="graced").status == "completed"
+    assert graces == [expected]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import importlib
 
-from . import effects, runs  # noqa: F401  (registers commands)
+from . import drive, effects, runs  # noqa: F401  (registers commands)
 from ._app import main
 
-_OPTIONAL_COMMAND_MODULES = ("fleet", "chaos")
+_OPTIONAL_COMMAND_MODULES = ("fleet", "chaos", "recover", "approvals", "fork", "watch", "ui")
 
 for _name in _OPTIONAL_COMMAND_MODULES:
     _module = f"{__name__}.{_name}"

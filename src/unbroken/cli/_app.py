@@ -14,6 +14,10 @@ from ..errors import UnbrokenError
 from ..stores import DEFAULT_STORE_URL, STORE_ENV_VAR, Store, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
+AGENT_HELP = (
+    "module:attr or path/to/file.py:attr naming an Agent, or a function returning one "
+    "that takes no arguments or takes the store."
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
-from .. import LedgerEntry, resolve_call
-from ..errors import ConfigError, RunNotFound
+from ..errors import ConfigError
+from ..ops import ledger_of, open_existing_store, resolve_call
 from ._app import friendly_errors, main, store_option
-from .runs import brief, make_console, open_run_store, when
+from ._render import ledger_table, make_console, when
 
-STATUS_STYLES = {"pending": "yellow", "succeeded": "green", "failed": "red", "unknown": "bold red"}
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 
@@ -31,39 +28,6 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def ledger_table(entries: Sequence[LedgerEntry], title: str | None = None, *, compact: bool = False) -> Table:
-    """Ledger entries as a table: key, tool, status, attempts, created, updated, result.
-    ``compact`` shortens keys and times and leaves out ``created``, to fit a narrow terminal."""
-    table = Table(title=title, title_justify="left")
-    time_width = 8 if compact else 19
-    table.add_column("key", no_wrap=True, min_width=15 if compact else 43)
-    table.add_column("tool", no_wrap=True, min_width=10)
-    table.add_column("status", no_wrap=True, min_width=9)
-    table.add_column("attempts", justify="right", no_wrap=True, min_width=8)
-    if not compact:
-        table.add_column("created", no_wrap=True, min_width=time_width)
-    table.add_column("updated", no_wrap=True, min_width=time_width)
-    table.add_column("result", max_width=48, min_width=8)
-    for entry in entries:
-        result = "-"
-        if entry.result is not None:
-            result = ("ERROR " if entry.result.is_error else "") + brief(entry.result.content, 60)
-        status = f"[{STATUS_STYLES.get(entry.status, 'white')}]{entry.status}[/]"
-        if compact:
-            row = [entry.key[:14] + "…", escape(entry.tool), status, str(entry.attempts), when(entry.updated_at)[11:]]
-        else:
-            row = [
-                entry.key,
-                escape(entry.tool),
-                status,
-                str(entry.attempts),
-                when(entry.created_at),
-                when(entry.updated_at),
-            ]
-        table.add_row(*row, escape(result))
-    return table
-
-
 @main.command("effects")
 @click.argument("run_id", metavar="RUN")
 @store_option
@@ -72,11 +36,16 @@ def effects_command(run_id: str, store_url: str) -> None:
     """List a run's effect ledger.
 
     One row per idempotency key of a call to a tool that is not read-only."""
-    with open_run_store(store_url) as store:
-        entries = store.ledger_list(run_id)
-        if not entries and not store.exists(run_id):
-            raise RunNotFound(f"no run {run_id!r} in {store_url}")
+    with open_existing_store(store_url) as store:
+        ledger = ledger_of(store, run_id)
+    entries = ledger.entries
     console = make_console()
+    if not entries and ledger.run_finished:
+        console.print(
+            f"run {escape(run_id)} is finished and has no ledger entries left: `unbroken gc` collects the entries "
+            "of finished runs (or the run never called a tool that is not read-only)"
+        )
+        return
     if not entries:
         console.print(f"run {escape(run_id)} has no ledger entries (no call to a tool that is not read-only yet)")
         return
@@ -102,7 +71,7 @@ def resolve_command(
         raise ConfigError("give exactly one of --result TEXT or --not-executed")
     if is_error and result_text is None:
         raise ConfigError("--is-error goes with --result TEXT (a call that took effect and failed)")
-    with open_run_store(store_url) as store:
+    with open_existing_store(store_url) as store:
         state = resolve_call(store, run_id, call_id, result=result_text, not_executed=not_executed, is_error=is_error)
     call = next(c for c in state.pending_calls if c.id == call_id)
     if not_executed:
@@ -125,7 +94,7 @@ def gc_command(older_than: str, store_url: str) -> None:
     Entries of a run that is still live (in progress or paused) are never touched."""
     seconds = parse_duration(older_than)
     cutoff = time.time() - seconds
-    with open_run_store(store_url) as store:
+    with open_existing_store(store_url) as store:
         pruned = store.ledger_gc(cutoff)
     noun = "entry" if pruned == 1 else "entries"
     make_console().print(f"pruned {pruned} ledger {noun} of finished runs last updated before {when(cutoff)}")

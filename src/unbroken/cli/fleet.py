@@ -7,20 +7,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from ..errors import ConfigError
-from ..runner import Agent
-from ..session import RunResult
-from ..stores.base import Store
+from .. import RunResult
+from ..agent_ref import load_agent, parse_agent_ref
 from ..worker import Worker
-from ._app import friendly_errors, main, open_cli_store, store_option
-from .runs import load_agent
-
-
-def _check_spec(spec: str) -> str:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"--agent {spec!r} must look like module:attr, for example myapp.agents:build_agent")
-    return spec
+from ._app import AGENT_HELP, friendly_errors, main, open_cli_store, store_option
 
 
 def _redacted(url: str) -> str:
@@ -31,21 +21,23 @@ def _redacted(url: str) -> str:
 
 
 @main.command("submit")
-@click.option("--agent", "agent_spec", required=True, help="module:attr of the agent that will run it.")
+@click.option("--agent", "agent_spec", required=True, help=f"The --agent of the workers that will run it: {AGENT_HELP}")
 @click.option("--task", required=True, help="What the run must do.")
 @click.option("--run-id", default=None, help="Run id to use (default: a new run-... id).")
 @store_option
 @friendly_errors
 def submit_command(agent_spec: str, task: str, run_id: str | None, store_url: str) -> None:
-    """Queue a run for the workers of --agent and print its run id. Safe to repeat with the
-    same --run-id and task."""
-    _check_spec(agent_spec)
+    """Queue a run for the workers of --agent and print its run id.
+
+    The run is recorded for workers started with the same --agent text; it shows as queued in
+    `runs` and `show` until one starts it. Safe to repeat with the same --run-id and task."""
+    parse_agent_ref(agent_spec)
     with open_cli_store(store_url) as store:
         click.echo(store.submit(task, run_id, agent=agent_spec))
 
 
 @main.command("worker")
-@click.option("--agent", "agent_spec", required=True, help="module:attr naming an Agent, or a factory returning one.")
+@click.option("--agent", "agent_spec", required=True, help=AGENT_HELP)
 @click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True, help="Runs at once.")
 @click.option("--poll-interval", type=click.FloatRange(0.01), default=1.0, show_default=True, help="Seconds.")
 @click.option("--until-idle", is_flag=True, help="Exit once no run is left to claim.")
@@ -59,15 +51,8 @@ def worker_command(
 
     Runs left by a dead worker are picked up once their lease expires. SIGTERM or Ctrl-C: the
     worker finishes its current save points, releases its leases and exits."""
-    _check_spec(agent_spec)
+    build = load_agent(agent_spec).factory()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-
-    def build(store: Store) -> Agent:
-        agent = load_agent(agent_spec)
-        if agent.store is not store:
-            agent.store.close()
-            agent.store = store
-        return agent
 
     def report(result: RunResult) -> None:
         click.echo(f"{result.run_id}\t{result.status}\t{result.turns} turns\t{result.tokens_used} tokens")

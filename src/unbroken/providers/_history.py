@@ -55,8 +55,10 @@ def unanswered_calls(
     """Ids of the calls (``calls_in``) of each assistant message that the run of ``reply_role``
     messages right after it does not answer (``answers_in``)."""
     dangling: list[str] = []
+    # `type(...) is dict` first: the isinstance check against the Mapping ABC is the slow part
+    # of this scan, which runs over the whole history at the first model request of a resume.
     for index, message in enumerate(messages):
-        if not isinstance(message, Mapping) or message.get("role") != "assistant":
+        if (type(message) is not dict and not isinstance(message, Mapping)) or message.get("role") != "assistant":
             continue
         wanted = calls_in(message)
         if not wanted:
@@ -65,7 +67,7 @@ def unanswered_calls(
         following = index + 1
         while following < len(messages):
             reply = messages[following]
-            if not isinstance(reply, Mapping) or reply.get("role") != reply_role:
+            if (type(reply) is not dict and not isinstance(reply, Mapping)) or reply.get("role") != reply_role:
                 break
             answered.update(answers_in(reply))
             following += 1

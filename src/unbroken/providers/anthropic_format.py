@@ -93,14 +93,22 @@ def _tool_use_ids(message: Mapping[str, Any]) -> list[str]:
     content = message.get("content")
     if not isinstance(content, list):
         return []
-    return [str(b.get("id")) for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"]
+    return [
+        str(b.get("id"))
+        for b in content
+        if (type(b) is dict or isinstance(b, Mapping)) and b.get("type") == "tool_use"  # dict: no ABC check
+    ]
 
 
 def _tool_result_ids(reply: Mapping[str, Any]) -> list[str]:
     blocks = reply.get("content")
     if not isinstance(blocks, list):
         return []
-    return [str(b.get("tool_use_id")) for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_result"]
+    return [
+        str(b.get("tool_use_id"))
+        for b in blocks
+        if (type(b) is dict or isinstance(b, Mapping)) and b.get("type") == "tool_result"
+    ]
 
 
 def dangling_call_ids(messages: Sequence[JSONValue]) -> list[str]:

@@ -35,6 +35,14 @@ class ScriptedModel(FormatModel):
         for index, response in enumerate(responses):
             if not isinstance(response, Mapping) or not isinstance(response.get("content"), list):
                 raise ConfigError(f"script response {index} must be an object with a 'content' list of blocks")
+            for block in response["content"]:
+                call_id, name = (block.get("id"), block.get("name")) if isinstance(block, Mapping) else (None, None)
+                is_call = isinstance(block, Mapping) and block.get("type") == "tool_use"
+                if is_call and not (isinstance(call_id, str) and call_id and isinstance(name, str)):
+                    raise ConfigError(
+                        f"script response {index}: every tool_use block needs a non-empty string 'id' (its "
+                        "tool_result answers that id) and a 'name'; see docs/scripted-model.md"
+                    )
             checked.append(dict(response))
         self.responses = checked
         self.calls = 0

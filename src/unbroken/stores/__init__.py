@@ -13,7 +13,8 @@ STORE_ENV_VAR = "UNBROKEN_STORE"
 
 _HELP = (
     "use sqlite:///relative.db, sqlite:////absolute/path.db (add ?durability=normal for cheaper saves), "
-    "file:///absolute/dir, memory://, or postgresql://user@host:5432/dbname"
+    "file:///absolute/dir, memory://, postgresql://user@host:5432/dbname, redis://host:6379/0 "
+    "or s3://bucket/prefix"
 )
 
 
@@ -35,6 +36,9 @@ def open_store(url: str | None = None) -> Store:
     it names cannot be opened; creates the database file or directory when it is missing."""
     if url is None:
         url = os.environ.get(STORE_ENV_VAR) or DEFAULT_STORE_URL
+    if isinstance(url, str) and "://" not in url and url.partition(":")[0].isalpha() and ":" in url:
+        scheme, _, rest = url.partition(":")  # sqlite:runs.db: a scheme without its //
+        raise InvalidStoreURL(f"store URL {url!r} lacks '//' after {scheme + ':'!r}: write {scheme}:///{rest}; {_HELP}")
     if not isinstance(url, str) or "://" not in url:
         raise InvalidStoreURL(f"store URL {url!r} has no scheme; {_HELP}")
     scheme = url.split("://", 1)[0].lower()
@@ -70,6 +74,20 @@ def open_store(url: str | None = None) -> Store:
                 f"store URL {url!r} needs the PostgreSQL driver: pip install 'unbroken[postgres]' ({exc})"
             ) from exc
         return PostgresStore(url)
+    if scheme in ("redis", "rediss"):
+        try:
+            from .redis import RedisStore
+        except ImportError as exc:
+            raise InvalidStoreURL(
+                f"store URL {url!r} needs the Redis client: pip install 'unbroken[redis]' ({exc})"
+            ) from exc
+        return RedisStore(url)
+    if scheme == "s3":
+        try:
+            from .s3 import S3Store
+        except ImportError as exc:
+            raise InvalidStoreURL(f"store URL {url!r} needs boto3: pip install 'unbroken[s3]' ({exc})") from exc
+        return S3Store(url)
     raise InvalidStoreURL(f"store URL {url!r} has unknown scheme {scheme!r}; {_HELP}")
 
 

@@ -34,8 +34,12 @@ class RunDirectories(ABC):
         """Durably create or replace ``directory/name``."""
 
     @abstractmethod
-    def _check_fence(self, run_dir: Path, run_id: str, fence: int | None) -> None:
-        """Raise ``LeaseLost`` unless ``fence`` is None or the run's current fence."""
+    def _check_fence(self, run_dir: Path, fence: int | None) -> None:
+        """Raise ``Refused`` unless ``fence`` is None or the run's current fence."""
+
+    @abstractmethod
+    def _head(self, run_dir: Path) -> int:
+        """The run's head seq."""
 
     @abstractmethod
     def _run_ids(self) -> list[str]:

@@ -1,26 +1,42 @@
-"""The Store: the small seam every backend implements.
+"""The Store: every rule about saved runs, written once over the primitives of ``backend.py``.
 
-A backend persists three things and nothing else:
+A backend implements ``Backend`` (head compare-and-set, conditional record writes, ledger
+insert-if-absent, the store's clock; the atomicity rules are stated there). ``Store`` adds the
+rules: run-id checks, the fence and compare-and-set refusals with their messages, leases and
+take-over, damage detection (checksums, a missing tail against the run's head, ledger entries
+checked like records), decoding, ledger garbage collection, and submit/claim for workers. A
+backend may override a rule method for speed (one SQL statement instead of three primitives);
+it must then keep the rule exactly, and the contract suite checks it.
 
-* the run's save records (append one atomically, conditional on the run's head seq and fence;
-  read them all back; replace them all atomically);
-* the effect ledger, one entry per idempotency key (insert-if-absent, upsert, read);
-* the run's lease (owner, fence token, expiry on the store's own clock).
-
-Everything with rules in it (folding records into state, reconciliation, lease take-over,
-policies) lives above the store, so a new backend is a few hundred lines.
+Damage is never repaired here: a load raises ``CorruptCheckpoint`` and nothing is deleted.
+Recovery is an operator act (``unbroken.ops.recover``).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, PackedRecords, StoredRecord, decode
-from ..state import Lease, LedgerEntry, RunState, RunSummary, SaveInfo
+from ..errors import (
+    ConcurrentSave,
+    CorruptCheckpoint,
+    LeaseHeld,
+    LeaseLost,
+    RunNotFound,
+    StoreUnavailable,
+    TaskMismatch,
+    Unsupported,
+)
+from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, check_run_id
+from .backend import CAPABILITIES, Backend, Refused, RunHead, SealedEntry, Submission, entry_checksum, seal
 
-CAPABILITIES = frozenset({"leases", "ledger", "multi_process", "multi_host", "claim"})
+UNCLAIMABLE_PHASES = TERMINAL_PHASES | {"paused", "awaiting_approval"}
+"""Phases a worker never claims: finished, or waiting for a person to act first."""
+_CAS_ATTEMPTS = 50  # a head only moves when someone saves or leases; 50 misses in a row is a fault
+
+__all__ = ["CAPABILITIES", "ClaimedRun", "Store"]
 
 
 @dataclass(frozen=True)
@@ -34,86 +50,261 @@ class ClaimedRun:
     lease: Lease
 
 
-class Store(ABC):
+class Store(Backend):
     """A place where runs are saved. Safe to share between threads of one process.
 
     ``capabilities`` says what the backend supports beyond the core (for example
     ``multi_process``: several processes on one machine may use it at once); a feature the
     backend lacks raises ``Unsupported`` naming a store that has it."""
 
-    url: str = ""
-    capabilities: frozenset[str] = frozenset()
+    # ------------------------------------------------------------------ refusals
+
+    def _refusal(self, run_id: str, expect_seq: int, fence: int | None) -> Exception:
+        head = self.read_head(run_id) or RunHead()
+        if fence is not None and head.fence != fence:
+            return LeaseLost(
+                f"run {run_id!r} is now owned under fence {head.fence}, not {fence}; this write was refused"
+            )
+        return ConcurrentSave(f"run {run_id!r} is at save {head.seq}, not {expect_seq}; reload it")
 
     # ------------------------------------------------------------------ records
 
-    @abstractmethod
     def append(self, save: EncodedSave, *, expect_seq: int, fence: int | None = None) -> None:
-        """Write one save record, its summary and its ledger entries as one atomic write,
-        if and only if the run's head is ``expect_seq`` (0 for a new run) and, when ``fence``
-        is given, the run's fence token is ``fence``. Durable when it returns (at the store's
-        durability level). Raises ``LeaseLost`` or ``ConcurrentSave`` having written nothing."""
+        """Write one save record, its summary and its ledger entries, if and only if the run's
+        head is ``expect_seq`` (0 for a new run) and, when ``fence`` is given, the run's fence
+        token is ``fence``. The ledger entries are durable no later than the record. Durable
+        when it returns (at the store's durability level). Raises ``LeaseLost`` or
+        ``ConcurrentSave`` having written nothing."""
+        run_id = check_run_id(save.run_id)
+        if save.seq != expect_seq + 1:
+            raise ValueError(f"save {save.seq} cannot follow save {expect_seq}; a save's seq is its predecessor's + 1")
+        for entry in save.ledger:
+            if entry.run_id != run_id:
+                raise ValueError(f"ledger entry {entry.key!r} belongs to run {entry.run_id!r}, not {run_id!r}")
+        try:
+            self.write_record(save, [seal(entry) for entry in save.ledger], expect_seq=expect_seq, fence=fence)
+        except Refused:
+            raise self._refusal(run_id, expect_seq, fence) from None
 
-    @abstractmethod
-    def read_records(self, run_id: str) -> list[StoredRecord]:
-        """All save records of the run, in seq order. Raises ``RunNotFound``."""
-
-    @abstractmethod
     def rewrite(self, run_id: str, saves: Sequence[EncodedSave], *, expect_seq: int, fence: int | None = None) -> None:
-        """Atomically replace all records of the run (migration, recovery from corruption)."""
+        """Atomically replace all records of the run (migration, compaction, recovery), under
+        the same head and fence condition as ``append``."""
+        check_run_id(run_id)
+        if not saves:
+            raise ValueError("rewrite needs at least one save record")
+        try:
+            self.replace_records(run_id, saves, expect_seq=expect_seq, fence=fence)
+        except Refused:
+            raise self._refusal(run_id, expect_seq, fence) from None
 
-    @abstractmethod
+    def read_records(self, run_id: str) -> list[StoredRecord]:
+        """All save records of the run, in seq order, as stored. Raises ``RunNotFound``."""
+        records = self.records_after(check_run_id(run_id), 0)
+        if not records:
+            raise self._not_found(run_id)
+        return records
+
+    def read_raw_records(self, run_id: str) -> list[StoredRecord]:
+        """``read_records`` for the loader: a backend may return bodies as UTF-8 bytes here to
+        spare a decode on resume. Defaults to ``read_records``."""
+        return self.read_records(run_id)
+
+    def iter_raw_records(self, run_id: str) -> Iterable[StoredRecord]:
+        """``read_raw_records`` for the loader, which checks, parses and drops each record as it
+        comes: a backend may yield them lazily (seq order, one consistent read) so a resume never
+        holds the run's bytes beside its parsed state. Defaults to ``read_raw_records``."""
+        return self.read_raw_records(run_id)
+
+    def read_packed(self, run_id: str) -> PackedRecords | None:
+        """All record bodies in one buffer for the loader's fastest path, or None when the
+        backend has no such read (the loader then uses ``read_raw_records``)."""
+        return None
+
     def list_runs(self) -> list[RunSummary]:
         """A summary of every stored run, most recently updated first."""
+        return sorted(self.list_summaries(), key=lambda row: row.updated_at, reverse=True)
 
-    @abstractmethod
     def delete_run(self, run_id: str) -> None:
         """Remove the run, its ledger and its lease. Safe to call twice."""
+        self.remove_run(check_run_id(run_id))
+
+    def _not_found(self, run_id: str) -> Exception:
+        head = self.read_head(run_id)
+        if head is not None and head.seq > 0:
+            return CorruptCheckpoint(
+                f"run {run_id!r} has lost all its save records (its head says save {head.seq}); nothing was "
+                f"changed. Restore the store from a backup, or delete the run",
+                last_good_seq=0,
+            )
+        return RunNotFound(f"no run {run_id!r} in {self.url}")
+
+    # ------------------------------------------------------------------ loading
+
+    def decode(self, run_id: str, *, recover: bool = False, migrations: Migrations = MIGRATIONS) -> Decoded:
+        """Read and fold the run's records, checking each (see ``codec.decode``) and that none is
+        missing up to the run's head. Damage raises ``CorruptCheckpoint`` and changes nothing;
+        ``recover=True`` is for showing a damaged run (the last intact save point, with
+        ``Decoded.problem`` saying what is wrong), never for continuing it."""
+        check_run_id(run_id)
+        packed = self.read_packed(run_id)
+        try:
+            if packed is None:
+                decoded = decode(run_id, self.iter_raw_records(run_id), recover=recover, migrations=migrations)
+            else:
+                decoded = decode(
+                    run_id,
+                    packed,
+                    recover=recover,
+                    migrations=migrations,
+                    fallback=lambda: self.read_raw_records(run_id),
+                )
+        except CorruptCheckpoint as exc:
+            if exc.last_good_seq == 0 and not self.records_after(run_id, 0):
+                raise self._not_found(run_id) from None
+            raise
+        head = self.read_head(run_id)
+        if head is not None and decoded.problem is None and decoded.last_seq < head.seq:
+            problem = (
+                f"save records {decoded.last_seq + 1}..{head.seq} of run {run_id!r} are missing "
+                f"(the run's head says it was saved up to {head.seq})"
+            )
+            if not recover:
+                raise CorruptCheckpoint(
+                    f"{problem}; the last intact save point is {decoded.last_seq}. Nothing was changed: "
+                    f"`unbroken recover {run_id}` continues from it, keeping what is left aside",
+                    last_good_seq=decoded.last_seq,
+                )
+            decoded.corrupt_seq, decoded.problem = decoded.last_seq + 1, problem
+        return decoded
+
+    def load(self, run_id: str, *, recover: bool = False) -> RunState:
+        """The run's state at its last save point. Raises ``RunNotFound``, ``CorruptCheckpoint``
+        or ``IncompatibleSchema``; never returns a silently wrong or older state. ``recover=True``
+        asks explicitly for the last intact save point of a damaged run (to show it)."""
+        return self.decode(run_id, recover=recover).state
+
+    def history(self, run_id: str) -> list[SaveInfo]:
+        """The run's save points, oldest first (a damaged run shows those before the damage)."""
+        return self.decode(run_id, recover=True).timeline
+
+    def exists(self, run_id: str) -> bool:
+        """Whether the run has save records (or had: a run whose records were all lost exists, damaged)."""
+        head = self.read_head(check_run_id(run_id))
+        return (head is not None and head.seq > 0) or bool(self.records_after(run_id, 0))
 
     # ------------------------------------------------------------------ ledger
 
-    @abstractmethod
+    def _checked(self, run_id: str, sealed: SealedEntry | None, key: str | None = None) -> LedgerEntry | None:
+        if sealed is None:
+            return None
+        entry = sealed.entry
+        if entry.run_id != run_id or (key is not None and entry.key != key):
+            return None
+        if sealed.checksum is not None and sealed.checksum != entry_checksum(entry):
+            raise CorruptCheckpoint(
+                f"effect ledger entry {entry.key!r} of run {run_id!r} fails its checksum (edited or damaged); "
+                "nothing was changed. Restore it from a backup; its result is not given to the model",
+                last_good_seq=None,
+            )
+        return entry
+
     def ledger_claim(self, entry: LedgerEntry, *, fence: int | None = None) -> tuple[LedgerEntry, bool]:
         """Insert ``entry`` unless its key exists. Returns (the stored entry, whether it was
         inserted now). Atomic across threads and processes: of two claims of one key, one wins."""
+        run_id = check_run_id(entry.run_id)
+        try:
+            existing = self.insert_entry(seal(entry), fence=fence)
+        except Refused:
+            raise self._refusal(run_id, 0, fence) from None
+        if existing is None:
+            return replace(entry), True
+        stored = self._checked(run_id, existing)
+        assert stored is not None
+        return stored, False
 
-    @abstractmethod
     def ledger_put(self, entry: LedgerEntry, *, fence: int | None = None) -> None:
         """Insert or replace the entry for ``entry.key``."""
+        run_id = check_run_id(entry.run_id)
+        try:
+            self.put_entry(seal(entry), fence=fence)
+        except Refused:
+            raise self._refusal(run_id, 0, fence) from None
 
-    @abstractmethod
     def ledger_get(self, run_id: str, key: str) -> LedgerEntry | None:
-        """The entry for ``key`` in run ``run_id``, or None."""
+        """The entry for ``key`` in run ``run_id``, or None. ``CorruptCheckpoint`` if damaged."""
+        return self._checked(check_run_id(run_id), self.get_entry(run_id, key), key)
 
-    @abstractmethod
     def ledger_list(self, run_id: str) -> list[LedgerEntry]:
-        """Every ledger entry of the run, oldest first."""
+        """Every ledger entry of the run, oldest first. ``CorruptCheckpoint`` if one is damaged."""
+        check_run_id(run_id)
+        rows = [self._checked(run_id, sealed) for sealed in self.list_entries(run_id)]
+        return sorted((e for e in rows if e is not None), key=lambda e: (e.created_at, e.key))
 
-    @abstractmethod
     def ledger_gc(self, older_than: float) -> int:
         """Delete ledger entries last updated before ``older_than`` (a Unix time) that belong
         to finished runs; never those of a run that is still live. Returns how many."""
+        removed = 0
+        for summary in self.list_summaries():
+            if summary.phase not in TERMINAL_PHASES:
+                continue
+            doomed = [s.entry.key for s in self.list_entries(summary.run_id) if s.entry.updated_at < older_than]
+            if doomed:
+                self.delete_entries(summary.run_id, doomed)
+                removed += len(doomed)
+        return removed
 
     # ------------------------------------------------------------------ leases
 
-    @abstractmethod
     def acquire_lease(self, run_id: str, owner: str, ttl: float, *, takeover_from: str | None = None) -> Lease:
         """Take the run's lease for ``ttl`` seconds and bump its fence token. Succeeds if the
         run has no live lease (expiry judged on the store's clock), if ``owner`` already holds
         it, or if the holder is ``takeover_from`` (the caller proved it dead). Else ``LeaseHeld``."""
+        check_run_id(run_id)
+        for _ in range(_CAS_ATTEMPTS):
+            head = self.read_head(run_id)
+            now = self.store_time()
+            current = head or RunHead()
+            if current.owner is not None and current.expires_at > now and current.owner not in (owner, takeover_from):
+                raise LeaseHeld(f"run {run_id!r} is held by {current.owner} for {current.expires_at - now:.1f}s more")
+            new = RunHead(current.seq, current.fence + 1, owner, now + ttl)
+            if self.swap_head(run_id, head, new):
+                return Lease(run_id, owner, new.fence, new.expires_at)
+        raise StoreUnavailable(f"the lease of run {run_id!r} kept changing under {_CAS_ATTEMPTS} attempts; retry")
 
-    @abstractmethod
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """Extend the lease; ``LeaseLost`` if its fence is no longer current."""
+        for _ in range(_CAS_ATTEMPTS):
+            head = self.read_head(lease.run_id)
+            if head is None or head.fence != lease.fence or head.owner != lease.owner:
+                raise LeaseLost(f"lease on run {lease.run_id!r} (fence {lease.fence}) was taken over")
+            new = replace(head, expires_at=self.store_time() + ttl)
+            if self.swap_head(lease.run_id, head, new):
+                return replace(lease, expires_at=new.expires_at)
+        raise StoreUnavailable(f"the lease of run {lease.run_id!r} kept changing; retry")
 
-    @abstractmethod
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up (no-op if it was already lost)."""
+        for _ in range(_CAS_ATTEMPTS):
+            head = self.read_head(lease.run_id)
+            if head is None or head.fence != lease.fence or head.owner is None:
+                return
+            if self.swap_head(lease.run_id, head, replace(head, owner=None, expires_at=0.0)):
+                return
 
-    @abstractmethod
     def lease_of(self, run_id: str) -> Lease | None:
         """The run's current lease holder, or None when nobody holds a live lease."""
+        head = self.read_head(check_run_id(run_id))
+        if head is None or head.owner is None or head.expires_at <= self.store_time():
+            return None
+        return Lease(run_id, head.owner, head.fence, head.expires_at)
 
-    # ------------------------------------------------------------------ claiming (optional)
+    # ------------------------------------------------------------------ claiming (workers)
+
+    def _unsupported(self, doing: str) -> Unsupported:
+        return Unsupported(
+            f"{type(self).__name__} ({self.url}) cannot {doing}; use sqlite:///FILE "
+            "(several processes on one machine) or postgresql://... (many machines)"
+        )
 
     def submit(self, task: str, run_id: str | None = None, *, agent: str | None = None) -> str:
         """Record a run for workers to pick up (a run with no save point yet) and return its
@@ -121,68 +312,62 @@ class Store(ABC):
         it; workers started for another agent name leave it alone. Durable when it returns;
         safe to call twice with the same run id and task. Raises ``TaskMismatch`` if the run id
         holds another task, ``Unsupported`` on stores without the ``claim`` capability."""
-        from ..errors import Unsupported
+        if "claim" not in self.capabilities:
+            raise self._unsupported("queue runs for workers")
+        run_id = check_run_id(run_id if run_id is not None else f"run-{uuid.uuid4().hex[:12]}")
+        head = self.read_head(run_id)
+        if head is not None and head.seq > 0:  # a saved run keeps its task: checked before queuing it
+            self._same_task(run_id, task, next((s.task for s in self.list_summaries() if s.run_id == run_id), task))
+        queued = self.add_submission(Submission(run_id, task, agent, self.store_time()))
+        self._same_task(run_id, task, queued.task if queued is not None else task)
+        return run_id
 
-        raise Unsupported(
-            f"{type(self).__name__} ({self.url}) cannot queue runs for workers; use sqlite:///FILE "
-            "(several processes on one machine) or postgresql://... (many machines)"
-        )
+    @staticmethod
+    def _same_task(run_id: str, task: str, held: str) -> None:
+        if held != task:
+            raise TaskMismatch(
+                f"run {run_id!r} already exists with task {held[:80]!r}; submit the same task or use another run id"
+            )
 
     def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
         """Claim up to ``limit`` submitted runs (for ``agent``, or any when None) that are not
         finished or paused and whose lease is free or expired on the store's clock: each gets
         ``owner`` as lease holder for ``ttl`` seconds and a new fence token. Two concurrent
-        callers never claim the same run. Raises ``Unsupported`` like ``submit``."""
-        from ..errors import Unsupported
+        callers never claim the same run (the head's compare-and-set decides)."""
+        if "claim" not in self.capabilities:
+            raise self._unsupported("hand runs to workers")
+        blocked = UNCLAIMABLE_PHASES
+        phases = {s.run_id: s.phase for s in self.list_summaries()}
+        picked: list[tuple[Submission, RunHead | None, float]] = []
+        for queued in self.list_submissions():
+            if len(picked) >= limit:
+                break
+            if (agent is not None and queued.agent != agent) or phases.get(queued.run_id) in blocked:
+                continue
+            head = self.read_head(queued.run_id)
+            now = self.store_time()
+            current = head or RunHead()
+            if current.owner is None or current.expires_at <= now:
+                picked.append((queued, head, now))
+        if picked:
+            # The phases again, read after every head: a run that finished before its head was
+            # read shows it here; one that finished after moved its head, so its swap fails.
+            phases = {s.run_id: s.phase for s in self.list_summaries()}
+        claimed: list[ClaimedRun] = []
+        for queued, head, now in picked:
+            if phases.get(queued.run_id) in blocked:
+                continue
+            current = head or RunHead()
+            new = RunHead(current.seq, current.fence + 1, owner, now + ttl)
+            if self.swap_head(queued.run_id, head, new):
+                lease = Lease(queued.run_id, owner, new.fence, new.expires_at)
+                claimed.append(ClaimedRun(queued.run_id, queued.task, queued.agent, lease))
+        return claimed
 
-        raise Unsupported(
-            f"{type(self).__name__} ({self.url}) cannot hand runs to workers; use sqlite:///FILE "
-            "(several processes on one machine) or postgresql://... (many machines)"
-        )
-
-    def close(self) -> None:  # noqa: B027 - optional for backends without resources
-        """Release connections and files. The store cannot be used afterwards."""
+    # ------------------------------------------------------------------ lifetime
 
     def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # ------------------------------------------------------------------ derived
-
-    def read_raw_records(self, run_id: str) -> list[StoredRecord]:
-        """``read_records`` for the loader: a backend may return bodies as UTF-8 bytes here to
-        spare a decode on resume. Defaults to ``read_records``."""
-        return self.read_records(run_id)
-
-    def read_packed(self, run_id: str) -> PackedRecords | None:
-        """All record bodies in one buffer for the loader's fastest path, or None when the
-        backend has no such read (the loader then uses ``read_raw_records``)."""
-        return None
-
-    def decode(self, run_id: str, *, recover: bool = False, migrations: Migrations = MIGRATIONS) -> Decoded:
-        """Read and fold the run's records (see ``codec.decode``)."""
-        packed = self.read_packed(run_id)
-        if packed is None:
-            return decode(run_id, self.read_raw_records(run_id), recover=recover, migrations=migrations)
-        return decode(
-            run_id, packed, recover=recover, migrations=migrations, fallback=lambda: self.read_raw_records(run_id)
-        )
-
-    def load(self, run_id: str, *, recover: bool = False) -> RunState:
-        """The run's state at its last save point. Raises ``RunNotFound``, ``CorruptCheckpoint``
-        (with ``recover=False``) or ``IncompatibleSchema``; never returns a silently wrong state."""
-        return self.decode(run_id, recover=recover).state
-
-    def history(self, run_id: str) -> list[SaveInfo]:
-        """The run's save points, oldest first."""
-        return self.decode(run_id, recover=True).timeline
-
-    def exists(self, run_id: str) -> bool:
-        from ..errors import RunNotFound
-
-        try:
-            return bool(self.read_records(run_id))
-        except RunNotFound:
-            return False

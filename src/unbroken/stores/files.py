@@ -4,7 +4,8 @@ Layout::
 
     DIR/unbroken-store.json                      {"store": "unbroken-files", "store_schema": 1}
     DIR/runs/<run_id>/.lock                      flock'ed by whoever touches the run
-    DIR/runs/<run_id>/records/<seq:012d>.json    one file per save point, never rewritten
+    DIR/runs/<run_id>/records/<seq:012d>.json    one file per recent save point, never rewritten
+    DIR/runs/<run_id>/records/segment-<first>-<last>.json   older save points packed together
     DIR/runs/<run_id>/effects/<key>.json         one effect-ledger entry per idempotency key
     DIR/runs/<run_id>/lease.json                 owner, fence, expires_at (lease.prev.json: the generation before)
     DIR/trash/                                   runs being deleted
@@ -14,6 +15,13 @@ the run summary that ``list_runs`` shows, so a save writes one file, not a summa
 and the record body exactly as the codec made it. A record file that is torn, unparsable,
 oversized or missing comes back as a record whose checksum fails, so the codec reports damage
 at that seq and ``load(recover=True)`` stops just before it.
+
+Older records are packed into segment files so that a resume reads a few files, not one per
+save: every ``KEEP_RECENT`` saves, once more than ``KEEP_RECENT + PACK_BATCH`` records are loose,
+the oldest ``PACK_BATCH`` (at most ``SEGMENT_BYTES``) are copied into one segment file (written
+like any other file: durable before it is named) and only then their record files are deleted.
+A crash between the two leaves records both loose and packed: readers take the segment and the
+next pack deletes the leftovers. The ``KEEP_RECENT`` most recent saves stay one file each.
 
 Every file is written the same way: a temp file in the same directory, flush + fsync, rename
 onto its final name, fsync the directory. A save that returned survives power loss; a crash
@@ -27,7 +35,7 @@ This module holds the store itself: opening, locking, the durable write paths an
 The ledger and lease methods are in ``_file_ledger.py`` and ``_file_leases.py``, file names and
 formats in ``_file_format.py``, fsync and mkdir primitives in ``_durable.py``. Every function
 that writes (and fsyncs) a save's files stays here: the power-loss check
-(``unbroken.testing.faults``) names fsync call sites by their function in this file.
+(``tests/faults_kit``) names fsync call sites by their function in this file.
 """
 
 from __future__ import annotations
@@ -44,31 +52,45 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from .. import crashpoints
-from ..codec import MAX_RECORD_BYTES, EncodedSave, StoredRecord
-from ..errors import ConcurrentSave, IncompatibleSchema, InvalidRunId, RunNotFound, StoreUnavailable
-from ..state import LedgerEntry, RunSummary, check_run_id
+from ..codec import EncodedSave
+from ..errors import IncompatibleSchema, InvalidRunId, StoreUnavailable
+from ..state import RunSummary, check_run_id
 from ._durable import fsync_dir, make_dirs, remove_tree, translating, unavailable
 from ._file_format import (
     HEADER_CAP,
     MARKER,
     STORE_SCHEMA,
     UNREADABLE,
+    RawRecord,
     effect_name,
-    parse_record,
+    entry_bytes,
+    head_markers,
+    head_name,
     parse_summary,
     pretty,
     record_bytes,
     record_name,
+    record_parts,
     record_seqs,
+    segment_bytes,
+    segment_name,
+    segment_spans,
 )
 from ._file_leases import LeaseFiles
 from ._file_ledger import LedgerFiles
+from ._file_reads import RecordReads
+from .backend import Refused, SealedEntry, seal
 from .base import Store
 
 _LOCK_ATTEMPTS = 100
+KEEP_RECENT = 32
+"""The most recent save points always kept one human-readable file each."""
+PACK_BATCH = 256
+"""Records packed into one segment file (fewer if they pass ``SEGMENT_BYTES``)."""
+SEGMENT_BYTES = 16 * 1024 * 1024
 
 
-class FileStore(LedgerFiles, LeaseFiles, Store):
+class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
     """A run store in a directory: one JSON file per save point."""
 
     capabilities = frozenset({"leases", "ledger", "multi_process"})
@@ -289,94 +311,128 @@ class FileStore(LedgerFiles, LeaseFiles, Store):
                 remove_tree(leftover)
 
     def _head(self, run_dir: Path) -> int:
-        seqs = record_seqs(run_dir / "records")
-        return seqs[-1] if seqs else 0
+        """The run's head seq: its head marker, or its newest record if that is newer (a crash
+        between the record's rename and the marker's) or if there is no marker (older stores)."""
+        records = run_dir / "records"
+        packed = [last for _, last in segment_spans(records)[-1:]]
+        return max(record_seqs(records)[-1:] + head_markers(records) + packed, default=0)
 
-    def _check_head(self, run_dir: Path, run_id: str, expect_seq: int) -> None:
-        """Compare-and-set on the head without listing the directory on the common path: the
-        head is ``expect_seq`` iff its record exists and the next one does not (records are
-        contiguous)."""
+    def _check_head(self, run_dir: Path, expect_seq: int) -> str | None:
+        """Compare-and-set on the head without listing the directory on the common path (the
+        marker names ``expect_seq`` and the next record does not exist). Returns the marker
+        to move forward (None: there is none yet); ``Refused`` if the head is elsewhere."""
         records = run_dir / "records"
         if not records.is_dir():
             self._settle(run_dir)
-        if expect_seq == 0:
-            ok = not record_seqs(records)
-        else:
-            ok = (records / record_name(expect_seq)).exists() and not (records / record_name(expect_seq + 1)).exists()
-        if not ok:
-            head = self._head(run_dir)
-            raise ConcurrentSave(f"run {run_id!r} is at save {head}, not {expect_seq}; reload it")
+        marker = head_name(expect_seq)
+        if (records / marker).exists() and not (records / record_name(expect_seq + 1)).exists():
+            return marker
+        if self._head(run_dir) != expect_seq:
+            raise Refused
+        markers = head_markers(records)
+        return head_name(markers[-1]) if markers else None
 
-    def _write_ledger(self, run_dir: Path, run_id: str, entries: Sequence[LedgerEntry]) -> None:
+    def _move_head(self, records: Path, marker: str | None, seq: int) -> None:
+        """Point the head marker at ``seq`` and make the directory durable (the new record too)."""
+        if marker is None:
+            os.close(os.open(records / head_name(seq), os.O_WRONLY | os.O_CREAT, 0o644))
+        else:
+            os.rename(records / marker, records / head_name(seq))
+        fsync_dir(records)
+
+    @staticmethod
+    def _undo_save(records: Path, marker: str | None, seq: int) -> None:
+        """Take a save that could not be made durable back: record gone, marker where it was."""
+        with suppress(OSError):
+            os.unlink(records / record_name(seq))
+        with suppress(OSError):
+            if marker is None:
+                os.unlink(records / head_name(seq))
+            else:
+                os.rename(records / head_name(seq), records / marker)
+        with suppress(OSError):
+            fsync_dir(records)
+
+    def _write_ledger(self, run_dir: Path, entries: Sequence[SealedEntry]) -> None:
         if not entries:
             return
         effects = run_dir / "effects"
-        for entry in entries:
-            if entry.run_id != run_id:
-                raise ValueError(f"ledger entry {entry.key!r} belongs to run {entry.run_id!r}, not {run_id!r}")
-            self._write_file(effects, effect_name(entry.key), pretty(entry.to_json()), sync_dir=False)
+        for sealed in entries:
+            self._write_file(effects, effect_name(sealed.entry.key), entry_bytes(sealed), sync_dir=False)
         with translating("sync", effects):
             fsync_dir(effects)
 
-    def append(self, save: EncodedSave, *, expect_seq: int, fence: int | None = None) -> None:
-        run_id = check_run_id(save.run_id)
-        if save.seq != expect_seq + 1:
-            raise ValueError(f"save {save.seq} cannot follow save {expect_seq}; a save's seq is its predecessor's + 1")
-        with self._writing(run_id, "save to") as run_dir:
-            self._check_fence(run_dir, run_id, fence)
-            self._check_head(run_dir, run_id, expect_seq)
-            # The ledger entries go first, the record second. A crash in between leaves outcomes
-            # recorded without their save record: resume then sees those calls still dangling,
-            # finds their results in the ledger and reuses them instead of running the tools
-            # again. The other order could leave a save point whose ledger entries never landed.
-            self._write_ledger(run_dir, run_id, save.ledger)
-            self._write_file(run_dir / "records", record_name(save.seq), record_bytes(save), undo=True)
-
-    def _read_record(self, path: Path, seq: int) -> StoredRecord:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size > MAX_RECORD_BYTES + HEADER_CAP:
-                return StoredRecord(seq, "", f"{UNREADABLE}: file is {size} bytes, over the cap")
-            data = handle.read()
-        return parse_record(seq, data)
-
-    def _read_all(self, run_dir: Path) -> list[StoredRecord]:
-        records = run_dir / "records"
-        result: list[StoredRecord] = []
-        for seq in record_seqs(records):
-            if result and seq != result[-1].seq + 1:
-                # A missing file in the middle is reported as a damaged record, never skipped.
-                result.append(StoredRecord(result[-1].seq + 1, "", f"{UNREADABLE}: record file is missing"))
+    def write_record(
+        self, save: EncodedSave, entries: Sequence[SealedEntry], *, expect_seq: int, fence: int | None
+    ) -> None:
+        with self._writing(save.run_id, "save to") as run_dir:
+            self._check_fence(run_dir, fence)
+            marker = self._check_head(run_dir, expect_seq)
+            # The ledger entries go first, the record second (rule A2). A crash in between leaves
+            # outcomes recorded without their save record: resume then sees those calls still
+            # dangling, finds their results in the ledger and reuses them instead of running the
+            # tools again. The other order could leave a save point whose entries never landed.
+            self._write_ledger(run_dir, entries)
+            records = run_dir / "records"
+            self._write_file(records, record_name(save.seq), record_bytes(save), sync_dir=False)
             try:
-                result.append(self._read_record(records / record_name(seq), seq))
-            except FileNotFoundError:
-                result.append(StoredRecord(seq, "", f"{UNREADABLE}: record file vanished"))
-        return result
+                self._move_head(records, marker, save.seq)
+            except OSError as exc:
+                self._undo_save(records, marker, save.seq)
+                raise unavailable(exc, records, "save to") from exc
+            if save.seq % KEEP_RECENT == 0:
+                with suppress(OSError):  # the save is durable already; packing is retried later
+                    self._pack(records)
 
-    def read_records(self, run_id: str) -> list[StoredRecord]:
-        with self._holding(run_id, "read", exclusive=False) as run_dir:
-            records = self._read_all(run_dir) if run_dir is not None else []
-        if not records:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}")
-        return records
+    def _pack(self, records: Path) -> None:
+        """Pack the oldest loose records into a segment file when enough are loose (see the
+        module docstring); the caller holds the run's exclusive lock. Crash-safe at every step."""
+        spans = segment_spans(records)
+        packed_upto = spans[-1][1] if spans else 0
+        loose = record_seqs(records)
+        leftovers = [records / record_name(seq) for seq in loose if seq <= packed_upto]  # a pack cut short
+        # A segment's temp file can only be a dead packer's: packing holds the exclusive lock.
+        leftovers += [records / name for name in os.listdir(records) if name.startswith(".segment-")]
+        for path in leftovers:
+            os.unlink(path)
+        if leftovers:
+            fsync_dir(records)
+        loose = [seq for seq in loose if seq > packed_upto]
+        if len(loose) < KEEP_RECENT + PACK_BATCH:
+            return
+        batch: list[RawRecord] = []
+        size = 0
+        for expected, seq in zip(itertools.count(loose[0]), loose[: len(loose) - KEEP_RECENT], strict=False):
+            if seq != expected or len(batch) == PACK_BATCH or (batch and size > SEGMENT_BYTES):
+                break  # a gap or a damaged record stays as it is, and so does everything after it
+            record = record_parts(seq, (records / record_name(seq)).read_bytes())
+            if record[1] == UNREADABLE:
+                break
+            batch.append(record)
+            size += len(record[2])
+        if not batch:
+            return
+        self._write_file(records, segment_name(batch[0][0], batch[-1][0]), segment_bytes(batch))
+        crashpoints.hit("file.pack.segment_written")
+        for n, (seq, _, _, _) in enumerate(batch):
+            os.unlink(records / record_name(seq))
+            if n == len(batch) // 2:
+                crashpoints.hit("file.pack.unlinking")
+        fsync_dir(records)
 
-    def rewrite(self, run_id: str, saves: Sequence[EncodedSave], *, expect_seq: int, fence: int | None = None) -> None:
-        check_run_id(run_id)
-        if not saves:
-            raise ValueError("rewrite needs at least one save record")
+    def replace_records(self, run_id: str, saves: Sequence[EncodedSave], *, expect_seq: int, fence: int | None) -> None:
         for before, after in itertools.pairwise(saves):
             if after.seq != before.seq + 1:
                 raise ValueError("rewrite needs save records with consecutive seqs")
         if any(save.run_id != run_id for save in saves):
             raise ValueError(f"every save record given to rewrite must belong to run {run_id!r}")
         with self._writing(run_id, "rewrite") as run_dir:
-            self._check_fence(run_dir, run_id, fence)
+            self._check_fence(run_dir, fence)
             self._settle(run_dir)
-            head = self._head(run_dir)
-            if head != expect_seq:
-                raise ConcurrentSave(f"run {run_id!r} is at save {head}, not {expect_seq}; reload it")
+            if self._head(run_dir) != expect_seq:
+                raise Refused
             # Ledger first, as in append.
-            self._write_ledger(run_dir, run_id, [entry for save in saves for entry in save.ledger])
+            self._write_ledger(run_dir, [seal(entry) for save in saves for entry in save.ledger])
             self._swap_records(run_dir, saves)
 
     def _swap_records(self, run_dir: Path, saves: Sequence[EncodedSave]) -> None:
@@ -389,6 +445,7 @@ class FileStore(LedgerFiles, LeaseFiles, Store):
                     handle.write(record_bytes(save))
                     handle.flush()
                     os.fsync(handle.fileno())
+            os.close(os.open(new / head_name(saves[-1].seq), os.O_WRONLY | os.O_CREAT, 0o644))
             fsync_dir(new)
             fsync_dir(run_dir)
             crashpoints.hit("file.before_rename")
@@ -429,7 +486,7 @@ class FileStore(LedgerFiles, LeaseFiles, Store):
                 continue  # a damaged header: the record before it still describes the run
         return None
 
-    def list_runs(self) -> list[RunSummary]:
+    def list_summaries(self) -> list[RunSummary]:
         rows = []
         with translating("list the runs in", self._runs):
             run_ids = self._run_ids()
@@ -438,10 +495,9 @@ class FileStore(LedgerFiles, LeaseFiles, Store):
                 summary = self._summary(run_id, run_dir) if run_dir is not None else None
             if summary is not None:
                 rows.append(summary)
-        return sorted(rows, key=lambda row: row.updated_at, reverse=True)
+        return rows
 
-    def delete_run(self, run_id: str) -> None:
-        check_run_id(run_id)
+    def remove_run(self, run_id: str) -> None:
         trash = self._trash / f"{run_id}.{secrets.token_hex(8)}"
         with self._holding(run_id, "delete", exclusive=True) as run_dir:
             if run_dir is None:

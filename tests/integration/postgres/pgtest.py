@@ -16,6 +16,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -67,9 +68,9 @@ def require_server() -> None:
     pytest.skip(reason)
 
 
-def connect(schema: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
+def connect(schema: str | None = None) -> psycopg.Connection[tuple[Any, ...]]:
     """A plain autocommit connection to the test server, outside any store (in ``schema``)."""
-    options = {"options": f"-c search_path={schema}"} if schema else {}
+    options: dict[str, Any] = {"options": f"-c search_path={schema}"} if schema else {}
     return psycopg.connect(libpq_url(server_url()), autocommit=True, **options)
 
 

@@ -8,15 +8,16 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pgtest import fresh_schema
 
 from unbroken import Agent, EffectLedger, ScriptedModel, ToolCall, resolve_call, tool
 from unbroken.errors import TaskMismatch, Unsupported
-from unbroken.state import TERMINAL_PHASES, idempotency_key
+from unbroken.state import occurrence_key
 from unbroken.stores import open_store
-from unbroken.stores.base import Store
+from unbroken.stores.base import UNCLAIMABLE_PHASES, Store
 
 FINAL = {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "usage": {}}
 
@@ -86,10 +87,13 @@ def test_a_paused_run_is_not_claimed_until_it_is_resolved(store: Store) -> None:
     def send(to: str) -> str:
         return "sent"
 
-    call = ToolCall("c1", "send", {"to": "x"}, idempotency_key("r1", "c1"))
+    call = ToolCall("c1", "send", {"to": "x"}, occurrence_key("r1", 2, 0, "c1"))  # key of the call save 2 records
     EffectLedger(store, "r1").claim(call)  # an earlier attempt started it and died: outcome unknown
     store.submit("t", "r1")
-    script = [{"content": [{"type": "tool_use", "id": "c1", "name": "send", "input": {"to": "x"}}], "usage": {}}, FINAL]
+    script: list[dict[str, Any]] = [
+        {"content": [{"type": "tool_use", "id": "c1", "name": "send", "input": {"to": "x"}}], "usage": {}},
+        FINAL,
+    ]
     result = Agent(ScriptedModel(script), [send], store, unknown_policy="pause", lease_ttl=30).run("t", run_id="r1")
     assert result.status == "paused"
     assert store.claim_runnable("w", 30) == []
@@ -129,14 +133,14 @@ def test_concurrent_claimers_never_get_the_same_run(store: Store) -> None:
     assert sorted(got) == sorted(f"r{i}" for i in range(40))
 
 
-def test_stores_without_claiming_say_which_stores_can() -> None:
-    with open_store("memory://") as memory, pytest.raises(Unsupported, match=r"postgresql://"):
-        memory.submit("t")
+def test_stores_without_claiming_say_which_stores_can(tmp_path: Path) -> None:
+    with open_store(f"file://{tmp_path}/store") as files, pytest.raises(Unsupported, match=r"postgresql://"):
+        files.submit("t")
 
 
-def test_the_claim_query_excludes_exactly_the_terminal_phases_and_paused() -> None:
+def test_the_claim_query_excludes_exactly_the_phases_the_store_rule_names() -> None:
     sql_dir = Path(__file__).parents[3] / "src/unbroken/stores/sql/postgres"
-    wanted = sorted(TERMINAL_PHASES | {"paused"})
+    wanted = sorted(UNCLAIMABLE_PHASES)
     texts = [(sql_dir / "queries.sql").read_text(), (sql_dir / "schema.sql").read_text()]
     for text in texts:
         for listed in re.findall(r"phase NOT IN \(([^)]*)\)", text):

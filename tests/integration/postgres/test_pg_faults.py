@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from typing import Any
 
 import pytest
 from pgtest import Outage, connect, with_options
@@ -29,7 +30,7 @@ def test_a_connection_killed_mid_step_leaves_no_partial_step_and_the_run_continu
         blocker.execute("SELECT 1 FROM unbroken_runs WHERE run_id = 'r1' FOR UPDATE")
         return "sent"
 
-    script = [
+    script: list[dict[str, Any]] = [
         {"content": [{"type": "tool_use", "id": "c1", "name": "send", "input": {"to": "bob"}}], "usage": {}},
         {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "usage": {}},
     ]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from pgtest import connect, with_options
 
-from unbroken.state import idempotency_key
+from unbroken.state import occurrence_key
 from unbroken.stores import open_store
 from unbroken.stores.base import Store
 from unbroken.stores.postgres import PostgresStore
@@ -103,7 +103,7 @@ def run_race(fleet: Fleet, store: Store, workers: int, runs: int) -> None:
     shared_tokens = [key for key, owners in owners_per_token(events).items() if len(owners) > 1]
     executions = Counter(event[1] for event in events if event[0] == "exec")
     completions = Counter(event[1] for event in events if event[0] == "done" and event[2] == "completed")
-    keys = {idempotency_key(run_id, "c0"): run_id for run_id in run_ids}
+    keys = {occurrence_key(run_id, 2, 0, "c0"): run_id for run_id in run_ids}  # the call save 2 records
     print(
         f"\nrace: {workers} worker processes, {runs} runs in {elapsed:.1f}s ({runs / elapsed:.0f} runs/s); "
         f"runs with two owners under one token: {len(shared_tokens)}; "
@@ -243,7 +243,9 @@ def test_sigterm_finishes_the_current_save_point_releases_the_lease_and_exits(
 def test_ten_minutes_of_clock_skew_on_workers_changes_nothing(fleet: Fleet, pg_store: PostgresStore) -> None:
     run_ids = [pg_store.submit("deliver parcel", f"skew-{i}") for i in range(6)]
     with connect() as conn:
-        (db_start,) = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        assert row is not None
+        (db_start,) = row
     common = ("--until-idle", "--ttl", "1", "--poll", "0.05", "--tool-sleep", "1.5", "--concurrency", "2")
     fleet.start("ahead", "--skew", "600", *common)
     fleet.start("behind", "--skew", "-600", *common)
@@ -260,6 +262,6 @@ def test_ten_minutes_of_clock_skew_on_workers_changes_nothing(fleet: Fleet, pg_s
     assert all(0 < offset < 30 for offset in offsets)  # ttl is 1s; a skewed clock would be off by 600s
     assert refused == []  # nobody's lease was taken over: heartbeats kept every lease alive
     assert Counter(e[1] for e in events if e[0] == "exec") == Counter(
-        {idempotency_key(run_id, "c0"): 1 for run_id in run_ids}
+        {occurrence_key(run_id, 2, 0, "c0"): 1 for run_id in run_ids}
     )
     assert all(owners == 1 for owners in map(len, owners_per_token(events).values()))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pgtest import connect, fresh_schema, require_server, server_url, with_options
@@ -36,7 +37,7 @@ def test_a_run_saved_through_an_agent_loads_back_identically(pg_store: PostgresS
     def send(to: str) -> str:
         return f"sent to {to}"
 
-    script = [
+    script: list[dict[str, Any]] = [
         {"content": [{"type": "tool_use", "id": "c1", "name": "send", "input": {"to": "bob"}}], "usage": {}},
         FINAL,
     ]
@@ -192,7 +193,9 @@ def test_a_fresh_schema_equals_the_one_reached_by_applying_every_migration() -> 
         assert fresh_shape == stepped_shape
 
 
-def test_migrations_are_recorded_and_applied_once_even_when_many_processes_open_the_store(pg_schema: tuple) -> None:
+def test_migrations_are_recorded_and_applied_once_even_when_many_processes_open_the_store(
+    pg_schema: tuple[str, str],
+) -> None:
     schema, url = pg_schema
     errors: list[BaseException] = []
 

@@ -331,7 +331,7 @@ def stepping(path: str, body: dict[str, Any]) -> Reply:
     if last >= STEPS:
         return 200, anthropic_message([{"type": "text", "text": f"All {STEPS} steps done."}], "end_turn"), {}
     step = last + 1
-    content = [
+    content: list[dict[str, Any]] = [
         {"type": "thinking", "thinking": f"Now step {step}. " + "Think it through. " * 12, "signature": f"sig-{step}"},
         {"type": "tool_use", "id": f"toolu_step_{step}", "name": "step", "input": {"n": step}},
     ]

@@ -173,7 +173,7 @@ RULES = {
 def _turn(provider: str, turn: int, calls: int) -> list[Any]:
     ids = [f"c{turn}_{i}" for i in range(calls)]
     if provider == "anthropic":
-        blocks = [{"type": "thinking", "thinking": "t" * 40, "signature": "s"}]
+        blocks: list[dict[str, Any]] = [{"type": "thinking", "thinking": "t" * 40, "signature": "s"}]
         blocks += [{"type": "tool_use", "id": i, "name": "step", "input": {"n": turn}} for i in ids]
         return [{"role": "assistant", "content": blocks}]
     if provider == "openai-chat":

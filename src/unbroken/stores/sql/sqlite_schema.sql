@@ -1,4 +1,5 @@
--- unbroken's SQLite schema, version 1. Applied idempotently when a store is opened.
+-- unbroken's SQLite schema, version 2. Applied (in one write transaction) only when a store file is
+-- new or older: opening an up-to-date file never takes the write lock.
 -- One row per run: the cheap summary for listings, plus the lease (owner, fence, expiry).
 CREATE TABLE IF NOT EXISTS unbroken_runs (
     run_id        TEXT PRIMARY KEY,
@@ -35,7 +36,8 @@ CREATE TABLE IF NOT EXISTS unbroken_effects (
     attempts   INTEGER NOT NULL,
     result     TEXT,
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    checksum   TEXT -- of the entry's JSON, checked on every read (NULL: written by store schema 1)
 );
 CREATE INDEX IF NOT EXISTS unbroken_effects_run ON unbroken_effects (run_id, created_at);
 
@@ -43,4 +45,12 @@ CREATE TABLE IF NOT EXISTS unbroken_meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
-INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '1');
+
+-- Runs submitted for workers to claim.
+CREATE TABLE IF NOT EXISTS unbroken_queue (
+    run_id       TEXT PRIMARY KEY,
+    task         TEXT NOT NULL,
+    agent        TEXT,
+    submitted_at REAL NOT NULL
+);
+INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '2');

@@ -1,8 +1,10 @@
 """The store contract: the behaviour every ``Store`` backend must have, as a pytest suite.
 
 A backend author subclasses ``StoreContract``, provides a ``store`` fixture that yields a fresh,
-empty store, and implements ``corrupt_record`` (damage one stored record the way a torn write or
-a flipped bit would)::
+empty store, and implements three damage hooks, each reaching into the backend's own storage
+behind the store's back: ``corrupt_record`` (change a record's body, keep its checksum),
+``delete_record`` (lose one record, keep the run's head) and ``edit_entry`` (change a ledger
+entry, keep its checksum)::
 
     import pytest
     from unbroken.testing import StoreContract
@@ -14,16 +16,24 @@ a flipped bit would)::
             yield store
             store.close()
 
-        def corrupt_record(self, store, run_id, seq):
-            ...  # change the stored body of save record `seq`, keep its checksum
+        def corrupt_record(self, store, run_id, seq): ...  # body=StoreContract.tamper(body)
+        def delete_record(self, store, run_id, seq): ...
+        def edit_entry(self, store, run_id, key): ...      # EDITED_FROM -> EDITED_TO in its text
 
-Every test states one behaviour in its name. The suite uses only the public ``Store`` API (plus
-``corrupt_record``), so it runs unchanged on any backend. It is composed of one class per
-topic (records, corruption, leases and fences, effect ledger, run ids), each in its own module.
+A store whose durability is not ``memory`` is reopened with ``open_store(store.url)`` to check
+that acknowledged writes are there for a second store; override ``reopen(store)`` if your URL
+cannot be opened that way.
+
+Every test states one behaviour in its name. The suite uses only the public ``Store`` API and
+the backend primitives (``read_head``, ``swap_head``, ``records_after``, ``list_entries``), so it
+runs unchanged on any backend. It is composed of one class per topic (records, atomicity rules
+A1-A7, damage, leases and fences, effect ledger, submit and claim, run ids), each in its own module.
 """
 
 from __future__ import annotations
 
+from ._atomicity import AtomicityContract
+from ._claims import ClaimContract
 from ._corruption import CorruptionContract
 from ._leases import LeasesContract
 from ._ledger import LedgerContract
@@ -32,8 +42,16 @@ from ._run_ids import RunIdContract
 from ._support import BAD_RUN_IDS, MESSAGES, RunWriter, ledger_entry
 
 
-class StoreContract(RecordsContract, CorruptionContract, LeasesContract, LedgerContract, RunIdContract):
-    """The behaviour every store must have. Subclass it, provide ``store``, implement ``corrupt_record``."""
+class StoreContract(
+    RecordsContract,
+    AtomicityContract,
+    CorruptionContract,
+    LeasesContract,
+    LedgerContract,
+    ClaimContract,
+    RunIdContract,
+):
+    """The behaviour every store must have. Subclass it, provide ``store`` and the damage hooks."""
 
 
 __all__ = ["BAD_RUN_IDS", "MESSAGES", "RunWriter", "StoreContract", "ledger_entry"]

@@ -1,17 +1,35 @@
-"""The contract on damage: a changed record is detected, and recovery stops just before it."""
+"""The contract on damage: a changed, lost or edited record or ledger entry is detected as
+``CorruptCheckpoint``, never loaded and never repaired (nothing is deleted)."""
 
 from __future__ import annotations
 
 import pytest
 
 from ...errors import CorruptCheckpoint
+from ...state import ToolResult
 from ...stores.base import Store
 from ._base import ContractBase
-from ._support import RunWriter, comparable
+from ._support import RunWriter, comparable, ledger_entry
 
 
 class CorruptionContract(ContractBase):
     """Damage is reported, never loaded; ``load(recover=True)`` returns the last intact save point."""
+
+    def _five_saves(self, store: Store, run_id: str) -> RunWriter:
+        run = RunWriter(store, run_id)
+        for step in range(1, 6):
+            run.turn(step)
+        return run
+
+    def _assert_load_stops_at(self, store: Store, run_id: str, last_good: int) -> None:
+        """``load`` raises ``CorruptCheckpoint`` naming ``last_good`` and leaves every record as it was."""
+        before = store.records_after(run_id, 0)
+
+        with pytest.raises(CorruptCheckpoint) as caught:
+            store.load(run_id)
+
+        assert caught.value.last_good_seq == last_good
+        assert store.records_after(run_id, 0) == before
 
     def test_a_tampered_last_record_raises_corrupt_checkpoint_on_load(self, store: Store) -> None:
         run = RunWriter(store, "run-torn")
@@ -23,6 +41,42 @@ class CorruptionContract(ContractBase):
             store.load("run-torn")
 
         assert caught.value.last_good_seq == 2
+
+    def test_a_damaged_middle_record_raises_corrupt_checkpoint_and_nothing_is_deleted(self, store: Store) -> None:
+        self._five_saves(store, "run-damaged-middle")
+        self.corrupt_record(store, "run-damaged-middle", 3)
+
+        self._assert_load_stops_at(store, "run-damaged-middle", 2)
+
+    def test_a_deleted_middle_record_raises_corrupt_checkpoint_and_nothing_is_deleted(self, store: Store) -> None:
+        self._five_saves(store, "run-lost-middle")
+        self.delete_record(store, "run-lost-middle", 3)
+
+        self._assert_load_stops_at(store, "run-lost-middle", 2)
+
+    def test_a_missing_tail_record_is_detected_against_the_head(self, store: Store) -> None:
+        self._five_saves(store, "run-lost-tail")
+        self.delete_record(store, "run-lost-tail", 5)
+
+        self._assert_load_stops_at(store, "run-lost-tail", 4)
+
+    def test_a_run_whose_records_are_all_lost_is_corrupt_not_missing(self, store: Store) -> None:
+        run = RunWriter(store, "run-lost-all")
+        run.turn(1)
+        run.turn(2)
+        self.delete_record(store, "run-lost-all", 1)
+        self.delete_record(store, "run-lost-all", 2)
+
+        with pytest.raises(CorruptCheckpoint):
+            store.load("run-lost-all")
+
+        assert store.exists("run-lost-all")
+
+    def test_history_of_a_damaged_run_lists_the_save_points_before_the_damage(self, store: Store) -> None:
+        self._five_saves(store, "run-damaged-history")
+        self.delete_record(store, "run-damaged-history", 4)
+
+        assert [info.seq for info in store.history("run-damaged-history")] == [1, 2, 3]
 
     def test_load_with_recover_returns_the_last_intact_save_point(self, store: Store) -> None:
         run = RunWriter(store, "run-recover")
@@ -37,3 +91,29 @@ class CorruptionContract(ContractBase):
 
         assert recovered.save_seq == 2
         assert comparable(recovered) == at_two
+
+    def _edited_entry_key(self, store: Store, run_id: str) -> str:
+        result = ToolResult("call_1", self.EDITED_FROM, False)
+        entry = ledger_entry(run_id, status="succeeded", result=result)
+        RunWriter(store, run_id).save(ledger=[entry])
+        self.edit_entry(store, run_id, entry.key)
+        return entry.key
+
+    def test_an_edited_ledger_entry_raises_corrupt_checkpoint_on_get_and_list(self, store: Store) -> None:
+        key = self._edited_entry_key(store, "run-edited-entry")
+
+        with pytest.raises(CorruptCheckpoint, match="checksum"):
+            store.ledger_get("run-edited-entry", key)
+        with pytest.raises(CorruptCheckpoint, match="checksum"):
+            store.ledger_list("run-edited-entry")
+
+        (kept,) = store.list_entries("run-edited-entry")  # nothing deleted: the edit is still there
+        assert kept.entry.result is not None and self.EDITED_TO in str(kept.entry.result.content)
+
+    def test_an_edited_ledger_entry_is_never_handed_back_by_a_claim(self, store: Store) -> None:
+        key = self._edited_entry_key(store, "run-edited-claim")
+        again = ledger_entry("run-edited-claim")
+        assert again.key == key
+
+        with pytest.raises(CorruptCheckpoint, match="checksum"):
+            store.ledger_claim(again)

@@ -22,7 +22,7 @@ class RecordsContract(ContractBase):
             run.save()
         run.state.business_state = {"cart": [{"sku": "A-1", "qty": 2}], "note": "\u00e9\u00e8", "n": None}
         run.state.pending_calls = [ToolCall("toolu_1", "find_table", {"party": 2}, "ub_k1")]
-        run.state.results = {"toolu_1": ToolResult("toolu_1", "table 7", False, "executed")}
+        run.state.results = {"ub_k1": ToolResult("toolu_1", "table 7", False, "executed")}
         run.save()
 
         loaded = store.load("run-messages")

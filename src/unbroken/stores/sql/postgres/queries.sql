@@ -18,15 +18,17 @@ WITH advanced AS (
     RETURNING seq
 ), ledger AS (
     INSERT INTO unbroken_effects AS e
-           (key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at)
+           (key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum)
     SELECT l.key, l.run_id, l.call_id, l.tool, l.args_hash, l.status, l.attempts, l.result,
-           l.created_at, l.updated_at
+           l.created_at, l.updated_at, l.checksum
       FROM advanced, jsonb_to_recordset(%(ledger)s::jsonb) AS l(
            key text, run_id text, call_id text, tool text, args_hash text, status text,
-           attempts integer, result text, created_at double precision, updated_at double precision)
+           attempts integer, result text, created_at double precision, updated_at double precision,
+           checksum text)
     ON CONFLICT (key) DO UPDATE
        SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, result = EXCLUDED.result,
-           updated_at = EXCLUDED.updated_at, args_hash = EXCLUDED.args_hash
+           updated_at = EXCLUDED.updated_at, args_hash = EXCLUDED.args_hash, call_id = EXCLUDED.call_id,
+           tool = EXCLUDED.tool, created_at = EXCLUDED.created_at, checksum = EXCLUDED.checksum
     RETURNING key
 )
 SELECT count(*) FROM record
@@ -75,90 +77,99 @@ DELETE FROM unbroken_runs WHERE run_id = %(run_id)s
 -- name: ledger_upsert
 -- Written only while the run's fence is still ours (or no fence is given).
 INSERT INTO unbroken_effects AS e
-       (key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at)
+       (key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum)
 SELECT %(key)s, %(run_id)s, %(call_id)s, %(tool)s, %(args_hash)s, %(status)s, %(attempts)s, %(result)s,
-       %(created_at)s, %(updated_at)s
+       %(created_at)s, %(updated_at)s, %(checksum)s
  WHERE %(fence)s::bigint IS NULL
     OR EXISTS (SELECT 1 FROM unbroken_runs WHERE run_id = %(run_id)s AND fence = %(fence)s::bigint)
 ON CONFLICT (key) DO UPDATE
    SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, result = EXCLUDED.result,
-       updated_at = EXCLUDED.updated_at, args_hash = EXCLUDED.args_hash
+       updated_at = EXCLUDED.updated_at, args_hash = EXCLUDED.args_hash, call_id = EXCLUDED.call_id,
+       tool = EXCLUDED.tool, created_at = EXCLUDED.created_at, checksum = EXCLUDED.checksum
 RETURNING key
 
 -- name: ledger_claim
 -- Insert-if-absent: RETURNING says whether this call inserted the key.
 INSERT INTO unbroken_effects
-       (key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at)
+       (key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum)
 SELECT %(key)s, %(run_id)s, %(call_id)s, %(tool)s, %(args_hash)s, %(status)s, %(attempts)s, %(result)s,
-       %(created_at)s, %(updated_at)s
+       %(created_at)s, %(updated_at)s, %(checksum)s
  WHERE %(fence)s::bigint IS NULL
     OR EXISTS (SELECT 1 FROM unbroken_runs WHERE run_id = %(run_id)s AND fence = %(fence)s::bigint)
 ON CONFLICT (key) DO NOTHING
 RETURNING key
 
 -- name: ledger_get
-SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at
+SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum
   FROM unbroken_effects WHERE key = %(key)s AND run_id = %(run_id)s
 
+-- name: ledger_get_any
+SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum
+  FROM unbroken_effects WHERE key = %(key)s
+
 -- name: ledger_list
-SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at
+SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum
   FROM unbroken_effects WHERE run_id = %(run_id)s ORDER BY created_at, key
 
--- name: ledger_gc
--- Only entries of finished runs (or of runs that no longer exist) are collected.
-DELETE FROM unbroken_effects AS e
- WHERE e.updated_at < %(older_than)s
-   AND NOT EXISTS (SELECT 1 FROM unbroken_runs AS r
-                    WHERE r.run_id = e.run_id AND (r.phase IS NULL OR r.phase <> ALL (%(terminal)s)))
+-- name: ledger_delete
+DELETE FROM unbroken_effects WHERE run_id = %(run_id)s AND key = ANY(%(keys)s)
 
--- name: acquire_lease
--- Take the lease if nobody holds a live one, if we hold it, or if the holder was proven dead;
--- every acquisition bumps the fence so writes of any earlier holder are refused.
-INSERT INTO unbroken_runs AS r (run_id, fence, owner, lease_expires)
-VALUES (%(run_id)s, 1, %(owner)s, clock_timestamp() + make_interval(secs => %(ttl)s))
-ON CONFLICT (run_id) DO UPDATE
-   SET fence = r.fence + 1, owner = EXCLUDED.owner, lease_expires = EXCLUDED.lease_expires
- WHERE r.owner IS NULL OR r.lease_expires IS NULL OR r.lease_expires <= clock_timestamp()
-    OR r.owner = %(owner)s OR r.owner = %(takeover_from)s
-RETURNING fence, extract(epoch FROM lease_expires)::double precision
+-- name: store_time
+SELECT extract(epoch FROM clock_timestamp())::double precision
 
--- name: lease_holder
-SELECT owner, extract(epoch FROM lease_expires - clock_timestamp())::double precision
+-- name: read_head
+SELECT head_seq, fence, owner, coalesce(extract(epoch FROM lease_expires)::double precision, 0.0)
   FROM unbroken_runs WHERE run_id = %(run_id)s
 
--- name: renew_lease
-UPDATE unbroken_runs SET lease_expires = clock_timestamp() + make_interval(secs => %(ttl)s)
- WHERE run_id = %(run_id)s AND fence = %(fence)s AND owner = %(owner)s
-RETURNING extract(epoch FROM lease_expires)::double precision
+-- name: create_head
+INSERT INTO unbroken_runs (run_id, head_seq, fence, owner, lease_expires)
+VALUES (%(run_id)s, %(seq)s, %(fence)s, %(owner)s, to_timestamp(%(expires_at)s))
+ON CONFLICT (run_id) DO NOTHING
 
--- name: release_lease
-UPDATE unbroken_runs SET owner = NULL, lease_expires = NULL WHERE run_id = %(run_id)s AND fence = %(fence)s
+-- name: swap_head
+-- Compare-and-set on the whole head; the expiry is compared as read_head returns it.
+UPDATE unbroken_runs
+   SET fence = %(fence)s, owner = %(owner)s,
+       lease_expires = CASE WHEN %(owner)s::text IS NULL THEN NULL ELSE to_timestamp(%(expires_at)s) END
+ WHERE run_id = %(run_id)s AND head_seq = %(old_seq)s AND fence = %(old_fence)s
+   AND owner IS NOT DISTINCT FROM %(old_owner)s::text
+   AND coalesce(extract(epoch FROM lease_expires)::double precision, 0.0) = %(old_expires_at)s
 
--- name: lease_of
-SELECT owner, fence, extract(epoch FROM lease_expires)::double precision
-  FROM unbroken_runs
- WHERE run_id = %(run_id)s AND owner IS NOT NULL AND lease_expires > clock_timestamp()
+-- name: read_records_after
+SELECT seq, body, checksum FROM unbroken_records WHERE run_id = %(run_id)s AND seq > %(after_seq)s ORDER BY seq
 
--- name: submit
--- Safe to repeat: a run id already submitted (or started) with the same task is left as it is.
+-- name: read_records_raw
+SELECT seq, convert_to(body, 'UTF8'), checksum FROM unbroken_records WHERE run_id = %(run_id)s ORDER BY seq
+
+-- name: snapshot_seq
+SELECT coalesce(max(seq), 0) FROM unbroken_records WHERE run_id = %(run_id)s AND snapshot
+
+-- name: add_submission
+-- Queue a run unless it is queued already (no row back: it was). A row made by a lease or a save
+-- gets its submission; Store.submit has checked that a saved run's task is this one.
 INSERT INTO unbroken_runs AS r (run_id, task, agent, submitted_at)
-VALUES (%(run_id)s, %(task)s, %(agent)s, clock_timestamp())
+VALUES (%(run_id)s, %(task)s, %(agent)s, to_timestamp(%(submitted_at)s))
 ON CONFLICT (run_id) DO UPDATE
-   SET task = coalesce(r.task, EXCLUDED.task), agent = EXCLUDED.agent,
-       submitted_at = coalesce(r.submitted_at, EXCLUDED.submitted_at)
- WHERE r.task IS NULL OR r.task = EXCLUDED.task
+   SET task = coalesce(r.task, EXCLUDED.task), agent = EXCLUDED.agent, submitted_at = EXCLUDED.submitted_at
+ WHERE r.submitted_at IS NULL
 RETURNING run_id
 
--- name: run_task
-SELECT task FROM unbroken_runs WHERE run_id = %(run_id)s
+-- name: submission
+SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
+  FROM unbroken_runs WHERE run_id = %(run_id)s AND submitted_at IS NOT NULL
+
+-- name: list_submissions
+SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
+  FROM unbroken_runs WHERE submitted_at IS NOT NULL ORDER BY submitted_at, run_id
 
 -- name: claim_runnable
--- Workers race here: SKIP LOCKED makes each skip the rows another is claiming right now, and
--- the phase list matches the unbroken_runs_runnable index predicate word for word.
+-- Workers race here: SKIP LOCKED makes each skip the rows another is claiming right now. The
+-- phase list is base.UNCLAIMABLE_PHASES (a test checks it) and matches the unbroken_runs_runnable
+-- index predicate word for word (so the planner can use the index).
 WITH picked AS (
     SELECT run_id FROM unbroken_runs
      WHERE submitted_at IS NOT NULL
-       AND (phase IS NULL OR phase NOT IN ('completed', 'max_turns', 'failed', 'paused'))
+       AND (phase IS NULL OR phase NOT IN ('awaiting_approval', 'completed', 'failed', 'max_turns', 'paused'))
        AND (%(agent)s::text IS NULL OR agent = %(agent)s::text)
        AND (owner IS NULL OR lease_expires IS NULL OR lease_expires <= clock_timestamp())
      ORDER BY submitted_at, run_id

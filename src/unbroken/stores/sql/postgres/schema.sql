@@ -17,7 +17,7 @@ CREATE TABLE unbroken_runs (
 );
 CREATE INDEX unbroken_runs_runnable ON unbroken_runs (submitted_at, run_id)
     WHERE submitted_at IS NOT NULL
-      AND (phase IS NULL OR phase NOT IN ('completed', 'max_turns', 'failed', 'paused'));
+      AND (phase IS NULL OR phase NOT IN ('awaiting_approval', 'completed', 'failed', 'max_turns', 'paused'));
 CREATE INDEX unbroken_runs_updated ON unbroken_runs (updated_at DESC) WHERE head_seq > 0;
 
 -- The append-only log: one row per save point, written once, never updated.
@@ -42,6 +42,7 @@ CREATE TABLE unbroken_effects (
     attempts   integer NOT NULL,
     result     text,
     created_at double precision NOT NULL,
-    updated_at double precision NOT NULL
+    updated_at double precision NOT NULL,
+    checksum   text
 );
 CREATE INDEX unbroken_effects_run ON unbroken_effects (run_id, created_at);

@@ -1,0 +1,288 @@
+"""Everything the command line prints goes through here: the console, the styles, the tables.
+
+Commands (and the demo) decide nothing here; they hand over what an operation returned."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.json import JSON
+from rich.markup import escape
+from rich.table import Table
+
+from .. import LedgerEntry, RunResult, RunState, RunSummary
+from ..ops import MigrationPlan, QueuedRun, RunView
+
+PHASE_STYLES = {
+    "completed": "green",
+    "failed": "red",
+    "paused": "yellow",
+    "awaiting_approval": "yellow",
+    "max_turns": "magenta",
+    "awaiting_model": "cyan",
+    "running_tools": "cyan",
+    "queued": "blue",
+}
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """A rich console; when the output is not a terminal, wide enough that ids are never cut."""
+    probe = Console(stderr=stderr)
+    if probe.is_terminal or os.environ.get("COLUMNS"):
+        return probe
+    return Console(stderr=stderr, width=200)
+
+
+def when(timestamp: float | None, *, precise: bool = False) -> str:
+    if not timestamp:
+        return "-"
+    moment = datetime.fromtimestamp(timestamp).astimezone()
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if precise else moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def phase_text(phase: str | None) -> str:
+    phase = phase or "queued"
+    return f"[{PHASE_STYLES.get(phase, 'white')}]{phase}[/]"
+
+
+def brief(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def history_table(timeline: Sequence[Any], title: str | None = None) -> Table:
+    """The save-point timeline (``SaveInfo`` rows) as a table."""
+    table = Table(title=title, title_justify="left")
+    for name, justify in (
+        ("seq", "right"),
+        ("label", "left"),
+        ("phase", "left"),
+        ("turns", "right"),
+        ("tokens", "right"),
+        ("messages added", "right"),
+        ("time", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for info in timeline:
+        label = info.label + (" [dim](snapshot)[/]" if info.snapshot else "")
+        table.add_row(
+            str(info.seq),
+            label,
+            phase_text(info.phase),
+            str(info.turns),
+            f"{info.tokens_used:,}",
+            f"+{info.messages_added}" if info.messages_added else "0",
+            when(info.at, precise=True),
+        )
+    return table
+
+
+def describe_message(message: Any) -> str:
+    """One line per message: role and a short view of each block."""
+    if not isinstance(message, dict):
+        return brief(message)
+    role = message.get("role", message.get("type", "?"))
+    content = message.get("content")
+    if isinstance(content, str):
+        return f"{role}: {brief(content)}"
+    parts = []
+    for block in content if isinstance(content, list) else []:
+        kind = block.get("type", "?") if isinstance(block, dict) else type(block).__name__
+        if kind == "text":
+            parts.append(f"text {brief(block.get('text', ''), 60)!r}")
+        elif kind == "thinking":
+            parts.append("thinking" + (" (signed)" if block.get("signature") else ""))
+        elif kind == "tool_use":
+            parts.append(f"tool_use {block.get('name')}({brief(block.get('input', {}), 50)})")
+        elif kind == "tool_result":
+            error = " ERROR" if block.get("is_error") else ""
+            parts.append(f"tool_result{error} {brief(block.get('content', ''), 50)!r}")
+        else:
+            parts.append(str(kind))
+    return f"{role}: " + "; ".join(parts)
+
+
+STATUS_STYLES = {"pending": "yellow", "succeeded": "green", "failed": "red", "unknown": "bold red"}
+
+
+def ledger_table(entries: Sequence[LedgerEntry], title: str | None = None, *, compact: bool = False) -> Table:
+    """Ledger entries as a table: key, tool, status, attempts, created, updated, result.
+    ``compact`` shortens keys and times and leaves out ``created``, to fit a narrow terminal."""
+    table = Table(title=title, title_justify="left")
+    time_width = 8 if compact else 19
+    table.add_column("key", no_wrap=True, min_width=15 if compact else 43)
+    table.add_column("tool", no_wrap=True, min_width=10)
+    table.add_column("status", no_wrap=True, min_width=9)
+    table.add_column("attempts", justify="right", no_wrap=True, min_width=8)
+    if not compact:
+        table.add_column("created", no_wrap=True, min_width=time_width)
+    table.add_column("updated", no_wrap=True, min_width=time_width)
+    table.add_column("result", max_width=48, min_width=8)
+    for entry in entries:
+        result = "-"
+        if entry.result is not None:
+            result = ("ERROR " if entry.result.is_error else "") + brief(entry.result.content, 60)
+        status = f"[{STATUS_STYLES.get(entry.status, 'white')}]{entry.status}[/]"
+        if compact:
+            row = [entry.key[:14] + "…", escape(entry.tool), status, str(entry.attempts), when(entry.updated_at)[11:]]
+        else:
+            row = [
+                entry.key,
+                escape(entry.tool),
+                status,
+                str(entry.attempts),
+                when(entry.created_at),
+                when(entry.updated_at),
+            ]
+        table.add_row(*row, escape(result))
+    return table
+
+
+def print_result(console: Console, result: RunResult) -> None:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    already_done = result.resume_seconds is None and result.status in ("completed", "max_turns", "failed")
+    grid.add_row("run", escape(result.run_id))
+    grid.add_row(
+        "status", phase_text(result.status) + (" (already finished; model not called)" if already_done else "")
+    )
+    grid.add_row("turns", str(result.turns))
+    grid.add_row("tokens", f"{result.tokens_used:,}")
+    if result.resume_seconds is not None:
+        grid.add_row("resume took", f"{result.resume_seconds * 1000:.1f} ms (load, reconcile, ready for the model)")
+    if result.recovered_from:
+        grid.add_row("recovered", f"[yellow]{escape(result.recovered_from)}[/]")
+    console.print(grid)
+    if result.reconciled:
+        table = Table(title="calls reconciled on resume", title_justify="left")
+        for name in ("call id", "tool", "how"):
+            table.add_column(name)
+        for call_id, tool_name, how in result.reconciled:
+            table.add_row(escape(call_id), escape(tool_name), how)
+        console.print(table)
+    state: RunState | None = result.state
+    if result.status == "paused" and state is not None:
+        for call in state.dangling_calls():
+            console.print(
+                f"[yellow]paused:[/] call {escape(call.id)} ({escape(call.name)}) has an unknown outcome. "
+                f"Check it, then `unbroken resolve {escape(result.run_id)} {escape(call.id)} --result TEXT` "
+                "(or --not-executed), and resume again."
+            )
+    if result.status == "awaiting_approval":
+        console.print(
+            f"[yellow]awaiting approval:[/] see `unbroken approvals {escape(result.run_id)}`, then `unbroken approve` "
+            "or `unbroken deny ... --reason TEXT` each call, and resume again."
+        )
+    if result.output:
+        console.print("[bold]output[/]")
+        console.print(escape(result.output))
+
+
+def runs_table(rows: Sequence[RunSummary | QueuedRun], title: str) -> Table:
+    """One row per run: started runs with their counters, queued runs as ``queued``."""
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("id", "left"), ("phase", "left"), ("turns", "right"), ("tokens", "right")):
+        table.add_column(name, justify=justify, no_wrap=name == "id")  # type: ignore[arg-type]
+    table.add_column("updated")
+    table.add_column("task", overflow="ellipsis", max_width=50, no_wrap=True)
+    for run in rows:
+        if isinstance(run, QueuedRun):
+            cells = [phase_text("queued"), "-", "-", when(run.submitted_at)]
+        else:
+            cells = [phase_text(run.phase), str(run.turns), f"{run.tokens_used:,}", when(run.updated_at)]
+        table.add_row(escape(run.run_id), *cells, escape(brief(run.task, 50)))
+    return table
+
+
+def print_queued(console: Console, run: QueuedRun) -> None:
+    """A submitted run that no worker has started: what is known of it."""
+    grid = _grid()
+    grid.add_row("run", escape(run.run_id))
+    grid.add_row("task", escape(brief(run.task, 160)))
+    grid.add_row("phase", phase_text("queued") + " (submitted, not started by a worker yet: no save point)")
+    grid.add_row("agent", escape(run.agent or "any worker"))
+    grid.add_row("submitted", when(run.submitted_at))
+    console.print(grid)
+
+
+def lease_text(view: RunView) -> str:
+    if view.lease is None:
+        return "free (no live process)"
+    if view.lease_holder_dead:
+        return escape(f"held by {view.lease.owner}, whose process is dead: the next resume takes it over at once")
+    return escape(f"held by {view.lease.owner}")
+
+
+def print_run(console: Console, view: RunView, state: RunState, message_count: int) -> None:
+    """``unbroken show``: summary, pending calls with their ledger status, last messages, state."""
+    if view.problem:
+        console.print(f"[yellow]warning:[/] {escape(view.problem)}; showing the last intact save point")
+    grid = _grid()
+    rows = [
+        ("run", escape(state.run_id)),
+        ("task", escape(brief(state.task, 160))),
+        ("phase", phase_text(state.phase)),
+        ("turns", str(state.turns)),
+        ("tokens", f"{state.tokens_used:,}  [dim]{escape(brief(state.usage, 120))}[/]"),
+        ("save points", f"{state.save_seq} (schema {state.schema_version})"),
+        ("messages", str(len(state.messages))),
+        ("created", when(state.created_at)),
+        ("updated", when(state.updated_at)),
+        ("lease", lease_text(view)),
+    ]
+    if state.output is not None:
+        rows.append(("output", escape(brief(state.output, 300))))
+    if state.error is not None:
+        rows.append(("error", f"[red]{escape(state.error)}[/]"))
+    for name, value in rows:
+        grid.add_row(name, value)
+    console.print(grid)
+    ledger = {entry.key: entry for entry in view.ledger}
+    if state.pending_calls:
+        calls = Table(title="pending tool calls", title_justify="left")
+        for name in ("call id", "tool", "input", "idempotency key", "result", "ledger"):
+            calls.add_column(name, no_wrap=name in ("call id", "idempotency key"))
+        for call in state.pending_calls:
+            result = state.result_of(call)
+            entry = ledger.get(call.idempotency_key)
+            calls.add_row(
+                escape(call.id),
+                escape(call.name),
+                escape(brief(call.input, 50)),
+                call.idempotency_key,
+                "none yet" if result is None else ("is_error" if result.is_error else "recorded") + f" ({result.how})",
+                entry.status if entry else "-",
+            )
+        console.print(calls)
+    if message_count > 0 and state.messages:
+        start = max(0, len(state.messages) - message_count)
+        console.print(f"[bold]last {len(state.messages) - start} of {len(state.messages)} messages[/]")
+        for index in range(start, len(state.messages)):
+            console.print(f"  [dim]{index:>4}[/] {escape(describe_message(state.messages[index]))}")
+    console.print("[bold]business_state[/]")
+    console.print(JSON.from_data(state.business_state))
+
+
+def migration_table(rows: Sequence[tuple[MigrationPlan, str, str]], title: str, *, applied: bool) -> Table:
+    """``unbroken migrate``: (plan, phase, what was done or would be done) per run."""
+    table = Table(title=title)
+    for name in ("run", "schema", "phase", "result" if applied else "migration"):
+        table.add_column(name)
+    for plan, phase, action in rows:
+        version = "?" if plan.version is None else str(plan.version)
+        table.add_row(escape(plan.run_id), version, phase_text(phase), action)
+    return table
+
+
+def _grid() -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    return grid

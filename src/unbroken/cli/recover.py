@@ -1,0 +1,34 @@
+"""``unbroken recover RUN [--to SAVE]``: continue a damaged run from an intact save point."""
+
+from __future__ import annotations
+
+import click
+from rich.markup import escape
+
+from ..ops import open_existing_store as open_run_store
+from ..ops import recover
+from ._app import friendly_errors, main, store_option
+from ._render import make_console
+
+
+@main.command("recover")
+@click.argument("run_id", metavar="RUN")
+@click.option("--to", "to", type=int, default=None, help="Save point to continue from (default: the last intact one).")
+@store_option
+@friendly_errors
+def recover_command(run_id: str, to: int | None, store_url: str) -> None:
+    """Continue a damaged run from an intact save point.
+
+    The run's records, damaged ones included, are kept unchanged in the run RUN.damaged-N;
+    the effect ledger is kept. The model is told which side effects already happened after
+    the save point, so it does not repeat them. Refused while a live process runs the run."""
+    with open_run_store(store_url) as store:
+        done = recover(store, run_id, to=to)
+    console = make_console()
+    console.print(
+        f"run {escape(run_id)} continues from save point {done.recovered_from} (now save {done.seq}); "
+        f"the original records are kept in run {escape(done.kept_aside)}"
+    )
+    if done.told:
+        console.print(f"the model will be told about {len(done.told)} side effect(s) made after that point")
+    console.print(f"resume it with: unbroken resume {escape(run_id)} (or Agent.run)")

@@ -1,0 +1,44 @@
+"""``unbroken ui``: the run inspector in a browser (needs the ``unbroken[ui]`` extra)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import ConfigError
+from ..ops import open_existing_store
+from ._app import friendly_errors, main, store_option
+
+
+@main.command("ui")
+@store_option
+@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True, help="Port to listen on.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind. Anything but 127.0.0.1/localhost exposes your runs to the network.",
+)
+@click.option(
+    "--enable-actions",
+    is_flag=True,
+    help="Allow resolve, approve, deny, fork and export from the page (a per-start token guards them).",
+)
+@friendly_errors
+def ui_command(store_url: str, port: int, host: str, enable_actions: bool) -> None:
+    """Inspect runs in a browser: the runs list, each run's save points, crashes, conversation
+    and effect ledger, live. Read-only unless started with --enable-actions."""
+    try:
+        from ..ui.server import serve
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"`unbroken ui` needs the ui extra ({exc.name} is not installed): pip install 'unbroken[ui]'"
+        ) from exc
+
+    def announce(line: str) -> None:
+        click.echo(line)
+        sys.stdout.flush()
+
+    with open_existing_store(store_url) as store:
+        serve(store, host=host, port=port, actions=enable_actions, announce=announce)

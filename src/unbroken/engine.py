@@ -1,0 +1,403 @@
+"""The step machine: the one place that orders a run's steps.
+
+``run_steps`` is a generator that owns the order of every turn::
+
+    save A (the model's calls, pending) -> for each call in order: decide (ledger intent,
+    probe) -> start it -> record each result as soon as it is back (with its ledger outcome
+    and its change to business_state) -> save B with the last one -> unknown outcomes, last
+    -> compact -> ask the model
+
+It never waits on anything itself: it yields an *operation* (ask the model, compact, ask a
+probe, start a tool, wait for a started tool) and a driver performs it. ``drive_sync``
+(``Agent.run``) starts a tool and waits for it before the next call is decided;
+``drive_async`` (``Agent.arun``) lets the started tools of one turn run concurrently. Both
+follow the same order of durable steps, so they cannot diverge.
+
+A resumed run first settles the calls left dangling by the crash. Each start of a call is
+durable before the tool runs (a ledger intent; for a read-only call run again, a mark):
+past ``Agent.max_attempts`` starts a call is settled without running it again (a tool that
+kills its own process is not retried forever), and a kill before a start costs nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+from collections.abc import Generator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from . import approvals, conversation, crashpoints, hooks
+from .errors import ModelCallFailed, RunInterrupted
+from .execution import cut_result, invoke_async, invoke_sync, timed_out_result
+from .ledger import EffectLedger
+from .model import ModelTurn, ToolSpec
+from .reconcile import Decision, acall_probe, after_probe, call_probe, decide_first
+from .state import JSONValue, LedgerEntry, ToolCall, ToolResult
+from .tools import NotExecuted, Tool
+
+if TYPE_CHECKING:
+    from .session import RunSession
+
+
+# ---------------------------------------------------------------------- operations
+
+
+@dataclass(frozen=True)
+class CallModel:
+    """Ask the model for its next turn; the driver sends back a ``ModelTurn``."""
+
+    context: list[JSONValue]
+    tools: list[ToolSpec]
+    system: str | None
+
+
+@dataclass(frozen=True)
+class Compact:
+    """Run the agent's compaction; the driver sends back True when the state changed."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Ask ``tool``'s probe about ``call``; the driver sends back ``(answer, error)``."""
+
+    tool: Tool
+    call: ToolCall
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start ``job``; the driver sends back the jobs finished so far (sync: this one)."""
+
+    job: Job
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Wait until at least one started job finishes; the driver sends back the finished ones."""
+
+
+Operation = CallModel | Compact | Probe | Start | Wait
+Steps = Generator[Operation, Any, None]
+
+
+@dataclass
+class Job:
+    """One call being executed. ``view`` is the business_state the tool sees: a private copy
+    for a tool that takes ``state``, merged into the run's state when its result is recorded
+    (so a half-made change is never saved by another call's save)."""
+
+    call: ToolCall
+    tool: Tool
+    decision: Decision
+    resuming: bool
+    view: dict[str, JSONValue]
+    base: dict[str, str] = field(default_factory=dict)
+    result: ToolResult | None = None
+    done: bool = False
+
+
+# ---------------------------------------------------------------------- the order of a run
+
+
+def run_steps(session: RunSession) -> Steps:
+    """Drive an opened run to its end (or to a stop: pause, failure, ``max_turns``)."""
+    agent = session.agent
+    state = session.state
+    if state.finished:
+        return
+    if not (yield from _settle(session, state.dangling_calls(), resuming=True)):
+        return
+    session.resume_seconds = session.since_start()
+    while not state.finished:
+        if state.turns >= conversation.turn_limit(session):  # the agent's max_turns, or this request's
+            session.stop_for_max_turns()
+            return
+        if session.repair_dangling() and not (yield from _settle(session, state.dangling_calls(), resuming=True)):
+            return
+        if conversation.pending(session):  # follow-up messages queued while calls were in flight
+            conversation.deliver(session)
+        if agent.compaction is not None:
+            try:
+                changed = yield Compact()
+            except Exception as exc:
+                raise session.compaction_failed(exc) from exc
+            if changed:
+                session.save("compacted")
+        crashpoints.hit("model.before_call")
+        began = hooks.model_call_started(session)
+        try:
+            turn: ModelTurn = yield CallModel(list(agent.context(state)), agent.tool_specs, agent.system)
+        except Exception as exc:
+            hooks.model_call_ended(session, began, None, exc)
+            raise ModelCallFailed(
+                f"model call for run {session.run_id!r} failed ({type(exc).__name__}: {exc}); the run is "
+                f"saved at save point {state.save_seq} and resumes from there"
+            ) from exc
+        session.record_turn(turn)
+        hooks.model_call_ended(session, began, turn, None)
+        if not (yield from _settle(session, list(state.pending_calls), resuming=False)):
+            return
+
+
+def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Generator[Operation, Any, bool]:
+    """Settle ``calls`` in order; unknown outcomes last, so that a policy that stops the run
+    never leaves a call it already claimed unexecuted. False when the run must stop here."""
+    state = session.state
+    if state.phase not in ("running_tools", "paused", "awaiting_approval"):
+        return True
+    if not approvals.gate(session, calls):  # a call waits for a person: saved, nothing started
+        return False
+    capped = _count_attempts(session, calls) if resuming else {}
+    unknown: list[tuple[ToolCall, Decision]] = []
+    running = 0
+    for call in calls:
+        tool = session.agent.tools.get(call.name)
+        decision = capped.get(call.idempotency_key) or approvals.answer(session, call)
+        if decision is None:
+            decision = decide_first(call, tool, session.ledger, state.resolutions.get(call.idempotency_key))
+        if decision.action == "probe":
+            assert tool is not None and decision.entry is not None
+            answer, error = yield Probe(tool, call)
+            if isinstance(answer, NotExecuted) and session.heartbeat.guard.wait_before_trusting_absence():
+                # The previous holder might have acted while we waited for it to be unable to: ask again.
+                answer, error = yield Probe(tool, call)
+            decision = after_probe(call, decision.entry, session.ledger, answer, error)
+        if resuming:
+            hooks.reconcile_decision(session, call, decision)
+        if decision.action == "unknown":
+            unknown.append((call, decision))
+        elif decision.action == "answer":
+            assert decision.result is not None
+            if resuming:
+                session.reconciled.append((call.id, call.name, decision.result.how))
+            # A probe's Found value (or a reused ledger result) is cut like an executed result.
+            result = cut_result(decision.result, session.agent.max_result_bytes)
+            entry = decision.entry
+            if entry is not None and entry.result is not None:
+                entry = replace(entry, result=cut_result(entry.result, session.agent.max_result_bytes))
+            session.record_result(call, result, entry)
+        else:
+            assert tool is not None
+            hooks.tool_started(session, call, tool)
+            finished = yield Start(_job(session, call, tool, decision, resuming))
+            running += 1
+            for job in finished:
+                running -= 1
+                unknown += _record(session, job)
+    while running:
+        for job in (yield Wait()):
+            running -= 1
+            unknown += _record(session, job)
+    for call, decision in unknown:
+        if not session.handle_unknown(call, decision):
+            return False
+    if state.phase in ("running_tools", "paused") and not state.dangling_calls():
+        session.finish_tools()  # every call was answered before (by hand, or by an older save)
+    return True
+
+
+def _count_attempts(session: RunSession, calls: list[ToolCall]) -> dict[str, Decision]:
+    """Return the decisions for calls about to be settled after a crash that were already
+    started ``max_attempts`` times. Only starts that really happened count: a side effect's or
+    idempotent tool's ledger intents (each saved right before it runs), a read-only call's
+    durable marks (``_mark_started``, saved right before it runs again after a crash) plus the
+    first run; a kill before either mark costs nothing. One ``attempt`` save marks where the
+    run resumed (``unbroken history`` shows it); it counts nothing."""
+    state = session.state
+    cap = session.agent.max_attempts
+    capped: dict[str, Decision] = {}
+    resumed = False
+    if state.phase != "running_tools":
+        return capped  # paused or awaiting approval: a person settles it; nothing was running
+    for call in calls:
+        tool = session.agent.tools.get(call.name)
+        if tool is None or call.error is not None:
+            continue  # never executed here
+        resumed = True
+        if tool.effect == "read_only":
+            marks = state.attempts.get(call.idempotency_key, 0)
+            if marks + 1 >= cap:  # the first run, and each durable re-start mark
+                capped[call.idempotency_key] = _past_cap(session, call, tool, marks, None)
+            continue
+        entry = session.ledger.get(call.idempotency_key)
+        if entry is not None and entry.status in ("pending", "unknown") and entry.attempts >= cap:
+            capped[call.idempotency_key] = _past_cap(session, call, tool, entry.attempts, entry)
+    if resumed:
+        session.save("attempt")
+    return capped
+
+
+def _past_cap(session: RunSession, call: ToolCall, tool: Tool, tried: int, entry: LedgerEntry | None) -> Decision:
+    if tool.effect == "read_only":
+        started = (
+            f"it was started again after {tried} crash(es) and every attempt ended the process"
+            if tried
+            else "the process ended"
+        )
+    else:
+        started = f"{tried} attempts to run it were recorded (each right before it started) and each ended the process"
+    why = (
+        f"{started} before its result was saved (os._exit, a crash, out of memory?); it is not run again "
+        f"(Agent max_attempts={session.agent.max_attempts})"
+    )
+    if tool.effect == "side_effect" and entry is not None:
+        return Decision("unknown", entry=entry, reason=why)
+    result = ToolResult(
+        call.id, f"NOT RUN AGAIN: the call to {call.name} (call id {call.id}): {why}.", True, "attempts_exhausted"
+    )
+    return Decision("answer", result, EffectLedger.outcome(entry, result) if entry is not None else None)
+
+
+def _mark_started(session: RunSession, job: Job) -> None:
+    """A read-only call run again after a crash leaves no ledger intent: count its start in a
+    durable mark first, so a tool that kills its process is not run forever."""
+    if not job.resuming or job.tool.effect != "read_only":
+        return
+    attempts = session.state.attempts
+    attempts[job.call.idempotency_key] = attempts.get(job.call.idempotency_key, 0) + 1
+    with contextlib.suppress(RunInterrupted):  # a stop is honoured at the next save, after this call
+        session.save("attempt")
+
+
+def _job(session: RunSession, call: ToolCall, tool: Tool, decision: Decision, resuming: bool) -> Job:
+    if not tool.takes_state:
+        return Job(call, tool, decision, resuming, session.state.business_state)
+    view = copy.deepcopy(session.state.business_state)
+    return Job(call, tool, decision, resuming, view, {key: _text(value) for key, value in view.items()})
+
+
+def _text(value: JSONValue) -> str:
+    return json.dumps(value, sort_keys=True, default=repr)
+
+
+def _record(session: RunSession, job: Job) -> list[tuple[ToolCall, Decision]]:
+    """Make a finished job's result durable with its ledger outcome and its state change;
+    a timed-out side effect is returned as an unknown outcome instead."""
+    call, tool, decision = job.call, job.tool, job.decision
+    if job.result is None:
+        if tool.effect == "side_effect":
+            assert decision.entry is not None
+            why = f"it did not return within its timeout of {tool.timeout:g} s and may still act"
+            return [(call, Decision("unknown", entry=decision.entry, reason=why))]
+        result = timed_out_result(tool, call)
+    else:
+        result = cut_result(job.result, session.agent.max_result_bytes)
+        if tool.takes_state:
+            _merge(session.state.business_state, job.view, job.base)
+    if job.resuming:
+        session.reconciled.append((call.id, call.name, "re-run" if tool.effect != "side_effect" else "executed"))
+    entry = EffectLedger.outcome(decision.entry, result) if decision.entry is not None else None
+    session.record_result(call, result, entry)
+    crashpoints.hit("tool.after_outcome")
+    return []
+
+
+def _merge(live: dict[str, JSONValue], view: dict[str, JSONValue], base: dict[str, str]) -> None:
+    """Apply the keys a tool changed in its copy of business_state to the run's state."""
+    for key, value in view.items():
+        if key not in base or base[key] != _text(value):
+            live[key] = value
+    for key in base:
+        if key not in view:
+            live.pop(key, None)
+
+
+# ---------------------------------------------------------------------- the execute point
+
+
+# The lease is re-validated (fenced) right before a tool that is not read-only runs, in the
+# thread or task that runs it: ``acting`` raises LeaseLost instead of letting it act.
+
+
+def execute_sync(session: RunSession, job: Job) -> Job:
+    crashpoints.hit("tool.before_execute")
+    _mark_started(session, job)
+    with session.heartbeat.guard.acting(job.tool.effect):
+        job.result = invoke_sync(job.tool, job.call, job.view)
+    job.done = True
+    crashpoints.hit("tool.after_execute")
+    return job
+
+
+async def execute_async(session: RunSession, job: Job) -> Job:
+    crashpoints.hit("tool.before_execute")
+    _mark_started(session, job)
+    with session.heartbeat.guard.acting(job.tool.effect):
+        job.result = await invoke_async(job.tool, job.call, job.view)
+    job.done = True
+    crashpoints.hit("tool.after_execute")
+    return job
+
+
+# ---------------------------------------------------------------------- drivers
+
+
+def drive_sync(session: RunSession) -> None:
+    """Perform the steps one at a time in this thread (``Agent.run``)."""
+    agent = session.agent
+    steps = run_steps(session)
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            operation = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration:
+            return
+        reply, error = None, None
+        try:
+            if isinstance(operation, Start):
+                reply = [execute_sync(session, operation.job)]
+            elif isinstance(operation, CallModel):
+                reply = agent.model.complete(operation.context, operation.tools, operation.system)
+            elif isinstance(operation, Probe):
+                reply = call_probe(operation.tool, operation.call)
+            elif isinstance(operation, Compact):
+                assert agent.compaction is not None
+                reply = agent.compaction.compact(session.state, agent.model)
+            else:
+                reply = []  # Wait: a sync start has already finished
+        except Exception as exc:
+            error = exc
+
+
+async def drive_async(session: RunSession) -> None:
+    """Perform the steps on the running event loop (``Agent.arun``): the tools started in one
+    turn run concurrently; each result is recorded as soon as it is back."""
+    import asyncio  # lazily: importing asyncio costs ~35 ms at `import unbroken`
+
+    agent = session.agent
+    steps = run_steps(session)
+    running: set[asyncio.Task[Job]] = set()
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            operation = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration:
+            return
+        reply, error = None, None
+        try:
+            if isinstance(operation, Start):
+                running.add(asyncio.ensure_future(execute_async(session, operation.job)))
+                await asyncio.sleep(0)  # let it begin
+                reply = _collect(running, [task for task in running if task.done()])
+            elif isinstance(operation, Wait):
+                finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                reply = _collect(running, list(finished))
+            elif isinstance(operation, CallModel):
+                reply = await agent.model.acomplete(operation.context, operation.tools, operation.system)
+            elif isinstance(operation, Probe):
+                reply = await acall_probe(operation.tool, operation.call)
+            else:
+                assert agent.compaction is not None
+                reply = await agent.compaction.acompact(session.state, agent.model)
+        except Exception as exc:
+            error = exc
+
+
+def _collect(running: set[Any], finished: list[Any]) -> list[Job]:
+    for task in finished:
+        running.discard(task)
+    return [task.result() for task in finished]

@@ -1,0 +1,212 @@
+"""Fencing: a holder proves it still holds its run's lease right before it acts.
+
+A lease can be lost while its holder is still alive: the process was frozen (SIGSTOP, a VM
+pause), C code held the GIL so the heartbeat thread could not renew, or the store was out of
+reach. Another process may then have taken the run over. ``LeaseGuard.check`` makes one store
+round trip (a renewal, which is a compare-and-set on the run's fence token) and measures the
+time left on a local monotonic clock from the moment that request was sent; it raises
+``LeaseLost`` unless the fence is still ours and at least ``min_remaining`` seconds are left.
+The engine calls it immediately before every tool that is not read-only (``acting``), and a
+tool can call it again itself at the last moment (``current_lease()``).
+
+The other side of the same rule: a process that took a run over from a holder it could not
+prove dead must not trust a probe's "not executed" for a call left in doubt before that
+holder can no longer act (``wait_before_trusting_absence``). See docs/effects.md,
+"Fencing and zombie owners", for the rule and the windows that remain.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+from .errors import LeaseLost, UnbrokenError
+from .state import Lease
+from .stores.base import Store
+
+TakenHow = Literal["fresh", "released", "dead_holder", "expired_holder"]
+
+_SLOW_RENEWAL_RETRIES = 3
+_CURRENT: contextvars.ContextVar[LeaseGuard | None] = contextvars.ContextVar("unbroken_lease", default=None)
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """How a lease was obtained.
+
+    ``fresh``: nobody held the run before. ``released``: its previous holder gave it up.
+    ``dead_holder``: its holder was proven dead on this host. ``expired_holder``: its holder's
+    lease expired, or who held it before cannot be known (a worker's claim, a race); that
+    holder may still be alive and frozen, so a "not executed" probe is trusted only ``grace``
+    seconds after ``previous_expires_at`` (store clock; when unknown, the time of this
+    acquisition stands in for it, which is later and so safe)."""
+
+    how: TakenHow
+    previous_owner: str | None = None
+    previous_expires_at: float | None = None
+
+
+class LeaseGuard:
+    """This process's hold on one run's lease: renews it, checks it before acting, gives it up.
+
+    ``ttl`` is the lease length. ``min_remaining`` (default ``ttl / 2``) is how much of the
+    lease ``check`` must prove is left. ``grace`` (default ``ttl``) is how long after an
+    expired holder's expiry its in-doubt calls may still be acting. Safe to share between
+    threads (the heartbeat thread renews through it)."""
+
+    def __init__(
+        self,
+        store: Store,
+        lease: Lease,
+        ttl: float,
+        *,
+        takeover: Takeover | None = None,
+        obtained_at: float | None = None,
+        grace: float | None = None,
+        min_remaining: float | None = None,
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError("ttl must be positive")
+        self.store = store
+        self.ttl = ttl
+        self.takeover = takeover or Takeover("fresh")
+        self.grace = ttl if grace is None else grace
+        self.min_remaining = ttl / 2 if min_remaining is None else min_remaining
+        self.lost: LeaseLost | None = None
+        self._lease = lease
+        self._lock = threading.Lock()
+        sent = time.monotonic() if obtained_at is None else obtained_at
+        # The store set the expiry to (its now + ttl) after we sent the request: measured from
+        # the send time on our monotonic clock, the lease is certainly still ours until here.
+        self._deadline = sent + ttl
+        self._trust_absence_at = self._absence_trusted_from(lease, time.monotonic())
+
+    def _absence_trusted_from(self, lease: Lease, received: float) -> float:
+        """Local monotonic time from which "not executed" about an in-doubt call is evidence."""
+        takeover = self.takeover
+        if takeover.how != "expired_holder":
+            return float("-inf")
+        acquired_store_time = lease.expires_at - self.ttl
+        old_expiry = takeover.previous_expires_at
+        if old_expiry is None or old_expiry > acquired_store_time:
+            old_expiry = acquired_store_time
+        # The store acquired before we received its answer: waiting from ``received`` is safe.
+        return received + max(0.0, old_expiry + self.grace - acquired_store_time)
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def lease(self) -> Lease:
+        return self._lease
+
+    @property
+    def run_id(self) -> str:
+        return self._lease.run_id
+
+    @property
+    def fence(self) -> int:
+        """The fencing token: a number that grows with every new holder of the run. Hand it to
+        a service that can refuse a write whose token is lower than one it has already seen."""
+        return self._lease.fence
+
+    def remaining(self) -> float:
+        """Seconds of the lease certainly left, on this process's monotonic clock, since the
+        last successful renewal (negative once that much time has passed)."""
+        return self._deadline - time.monotonic()
+
+    # ------------------------------------------------------------------ renewing and checking
+
+    def renew(self) -> Lease:
+        """One store round trip extending the lease (compare-and-set on the fence). Raises
+        ``LeaseLost`` (and remembers it) when another holder took the run; other store
+        errors propagate unchanged."""
+        if self.lost is not None:
+            raise self.lost
+        sent = time.monotonic()
+        try:
+            lease = self.store.renew_lease(self._lease, self.ttl)
+        except LeaseLost as exc:
+            self.lost = exc
+            raise
+        with self._lock:
+            self._lease = lease
+            self._deadline = max(self._deadline, sent + self.ttl)
+        return lease
+
+    def check(self, min_remaining: float | None = None) -> Lease:
+        """Prove, with a store round trip, that the lease is still ours and at least
+        ``min_remaining`` seconds of it are left (default: the guard's ``min_remaining``).
+        Raises ``LeaseLost`` otherwise: the caller must not act. Safe to call any number of times."""
+        need = self.min_remaining if min_remaining is None else min_remaining
+        for _ in range(_SLOW_RENEWAL_RETRIES):
+            try:
+                lease = self.renew()
+            except LeaseLost as exc:
+                raise LeaseLost(
+                    f"lease on run {self.run_id!r} (fence {self.fence}) is no longer ours: another process took "
+                    "the run over. Nothing was executed by this process after the check."
+                ) from exc
+            except UnbrokenError as exc:
+                raise LeaseLost(
+                    f"could not confirm the lease on run {self.run_id!r} ({type(exc).__name__}: {exc}); not "
+                    "acting without proof. The call stays in doubt and is settled when the run resumes."
+                ) from exc
+            left = self.remaining()
+            if left >= need:
+                return lease
+            # Still ours, but the round trip was too slow to prove enough is left: try again.
+        raise LeaseLost(
+            f"lease on run {self.run_id!r} has only {max(left, 0.0):.2f}s certainly left (need {need:.2f}s; "
+            "this process was slow or frozen around each renewal); not acting"
+        )
+
+    @contextmanager
+    def acting(self, effect: str) -> Iterator[LeaseGuard]:
+        """Around one tool execution: unless the tool is ``read_only``, ``check`` first (so a
+        ``LeaseLost`` stops the tool before it starts), then let the tool reach this guard
+        through ``current_lease()``."""
+        if effect != "read_only":
+            self.check()
+        token = _CURRENT.set(self)
+        try:
+            yield self
+        finally:
+            _CURRENT.reset(token)
+
+    def release(self) -> None:
+        """Give the lease up (a no-op if it was already lost). Safe to call twice."""
+        self.store.release_lease(self._lease)
+
+    # ------------------------------------------------------------------ after a takeover
+
+    def absence_needs_wait(self) -> float:
+        """Seconds still to wait before a "not executed" probe about a call left in doubt by
+        the previous holder is evidence (0 when it already is)."""
+        return max(0.0, self._trust_absence_at - time.monotonic())
+
+    def wait_before_trusting_absence(self) -> bool:
+        """Call after a probe answered "not executed" for a call left in doubt. Returns False
+        when that answer can be trusted now; otherwise sleeps until the previous holder can
+        no longer act (at most ``grace`` seconds; the heartbeat keeps the lease meanwhile) and
+        returns True: probe again and use the second answer."""
+        wait = self.absence_needs_wait()
+        if wait <= 0:
+            return False
+        time.sleep(wait)
+        return True
+
+
+def current_lease() -> LeaseGuard:
+    """The lease of the run whose tool is executing now, for the tool itself: call
+    ``current_lease().check()`` at the last moment before an irreversible act, and pass
+    ``current_lease().fence`` to a service that supports conditional writes. Raises
+    ``LeaseLost`` outside a tool run by an ``Agent``."""
+    guard = _CURRENT.get()
+    if guard is None:
+        raise LeaseLost("current_lease() was called outside a tool executed by an Agent; there is no lease to check")
+    return guard

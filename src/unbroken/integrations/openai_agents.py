@@ -1,0 +1,316 @@
+"""The OpenAI Agents SDK on unbroken's stores (``pip install unbroken[openai-agents]``).
+
+::
+
+    session = UnbrokenSession("order-42", store)
+    agent = durable(Agent(name="clerk", model=OpenAIResponsesModel("gpt-5", client), tools=[pay]),
+                    session, effects={"pay": "side_effect"})
+    result = await run_durably(agent, "Pay invoice 42", session=session)
+
+* ``UnbrokenSession``: the SDK's ``Session`` (conversation history) as an unbroken log: each
+  ``add_items`` is one atomic append, durable when it returns.
+* ``durable(agent, session)``: the model's every answer is saved before its tool calls run
+  (so each call's id, and the idempotency key derived from it, is fixed when the model makes
+  the call), and every function tool goes through unbroken's effect ledger.
+* ``run_durably(agent, input, session=...)``: starts ``input``, or, when a process died while
+  running that same input, resumes it: the saved answer is replayed instead of asking the
+  model again, and each of its calls is reconciled by effect class (read_only: run again;
+  idempotent: run again with the same key; side_effect: the ledger's result, or the probe's
+  answer, or an UNKNOWN OUTCOME result the model must verify). Nothing is re-run blindly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import copy
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from agents import Agent, FunctionTool, Runner, RunResult, Usage
+from agents.items import ModelResponse, TResponseInputItem
+from agents.memory import SessionABC, SessionSettings
+from agents.models.interface import Model
+from agents.tool_context import ToolContext
+from openai.types.responses import ResponseOutputItem
+from pydantic import TypeAdapter
+
+from ..codec import canonical_hash
+from ..errors import ConfigError, IdempotencyConflict, TaskMismatch
+from ..ledger import EffectLedger, unknown_result
+from ..state import EFFECTS, Effect, JSONValue, ToolCall, ToolResult, idempotency_key
+from ..stores.base import Store
+from ..tools import Found, NotExecuted, Probe
+from ._runlog import RunLog, log_id
+
+LOG_PREFIX = "oai-session."
+_CURRENT_CALL: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar("unbroken_current_call", default=None)
+
+
+def current_call() -> ToolCall:
+    """Inside a durable function tool: the call being run, with its ``idempotency_key`` (pass
+    it to the service you call so that a repeat is harmless, or find the effect in a probe)."""
+    call = _CURRENT_CALL.get()
+    if call is None:
+        raise ConfigError("current_call() is only available inside a tool of an agent made with durable()")
+    return call
+
+
+_OUTPUT_ITEMS: TypeAdapter[ResponseOutputItem] = TypeAdapter(ResponseOutputItem)
+
+
+def _plain(value: Any) -> JSONValue:
+    """An SDK item (a dict, possibly holding pydantic models) as plain JSON."""
+    return json.loads(json.dumps(value, default=lambda o: o.model_dump(mode="json", exclude_unset=True)))
+
+
+class UnbrokenSession(SessionABC):
+    """Conversation history of the Agents SDK kept in an unbroken store. ``add_items`` is one
+    atomic append, durable when it returns; ``pop_item`` and ``clear_session`` rewrite or
+    delete atomically. One instance per session id per process."""
+
+    def __init__(self, session_id: str, store: Store, *, session_settings: SessionSettings | None = None) -> None:
+        self.session_id = session_id
+        self.session_settings = session_settings
+        self.store = store
+        self.log = RunLog(store, log_id(LOG_PREFIX, session_id), kind="openai-agents-session")
+
+    @property
+    def run_id(self) -> str:
+        """The unbroken run id holding this session (the effect ledger is keyed by it)."""
+        return self.log.run_id
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        items: list[Any] = copy.deepcopy(self.log.items())
+        if limit is not None:
+            items = items[-limit:] if limit > 0 else []
+        return items
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        if items:
+            plain = [_plain(item) for item in items]
+            await asyncio.to_thread(self.log.append, plain)  # the store blocks; the event loop must not
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        return await asyncio.to_thread(self._pop)
+
+    def _pop(self) -> TResponseInputItem | None:
+        items = self.log.items()
+        if not items:
+            return None
+        last = copy.deepcopy(items[-1])
+        self.log.rewrite(items[:-1], dict(self.log.head()))
+        return last  # type: ignore[no-any-return]
+
+    async def clear_session(self) -> None:
+        await asyncio.to_thread(self.log.delete)
+
+    def _set_head(self, **changes: JSONValue) -> None:
+        head = {**self.log.head(), **changes}
+        self.log.append(head=head)
+
+
+# --------------------------------------------------------------------------- the model
+
+
+class DurableModel(Model):
+    """Wraps a model so that its answer is saved in the session before any tool call in it
+    runs, and a resumed run gets that saved answer back for the same request."""
+
+    def __init__(self, inner: Model, session: UnbrokenSession) -> None:
+        self.inner = inner
+        self.session = session
+
+    async def get_response(self, system_instructions: str | None, input: Any, *args: Any, **kwargs: Any) -> Any:
+        request = canonical_hash({"system": system_instructions, "input": _plain(input)})
+        saved = self.session.log.head().get("model_answer")
+        if isinstance(saved, dict) and saved.get("request") == request:
+            return _response_from_json(saved["response"])
+        response: ModelResponse = await self.inner.get_response(system_instructions, input, *args, **kwargs)
+        self.session._set_head(model_answer={"request": request, "response": _response_to_json(response)})
+        return response
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConfigError(
+            "durable agents do not stream: an answer must be saved whole before its tool calls run; "
+            "use run_durably (Runner.run), not Runner.run_streamed"
+        )
+
+
+def _response_to_json(response: ModelResponse) -> dict[str, JSONValue]:
+    usage = response.usage
+    return {
+        "output": [item.model_dump(mode="json") for item in response.output],
+        "usage": {
+            "requests": usage.requests,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "total_tokens": usage.total_tokens,
+        },
+        "response_id": response.response_id,
+    }
+
+
+def _response_from_json(data: dict[str, Any]) -> ModelResponse:
+    output = [_OUTPUT_ITEMS.validate_python(item) for item in data["output"]]
+    return ModelResponse(output=output, usage=Usage(**data["usage"]), response_id=data.get("response_id"))
+
+
+# --------------------------------------------------------------------------- the tools
+
+Invoke = Callable[[ToolContext[Any], str], Awaitable[Any]]
+
+
+def _durable_invoke(
+    original: Invoke, name: str, effect: Effect, probe: Probe | None, session: UnbrokenSession
+) -> Invoke:
+    async def invoke(ctx: ToolContext[Any], arguments: str) -> Any:
+        call_id = ctx.tool_call_id
+        try:
+            parsed = json.loads(arguments or "{}")
+        except ValueError:
+            parsed = None
+        call = ToolCall(
+            id=call_id,
+            name=name,
+            input=parsed if isinstance(parsed, dict) else {"arguments": arguments},
+            idempotency_key=idempotency_key(session.run_id, call_id),
+        )
+        token = _CURRENT_CALL.set(call)
+        try:
+            return await _settle(original, ctx, arguments, call, effect, probe, session)
+        finally:
+            _CURRENT_CALL.reset(token)
+
+    return invoke
+
+
+async def _settle(
+    original: Invoke,
+    ctx: ToolContext[Any],
+    arguments: str,
+    call: ToolCall,
+    effect: Effect,
+    probe: Probe | None,
+    session: UnbrokenSession,
+) -> Any:
+    """Reuse, probe, report or run the call, by what the ledger knows (see ``reconcile``)."""
+    call_id = call.id
+    if effect == "read_only":
+        return await original(ctx, arguments)
+    ledger = EffectLedger(session.store, session.run_id)
+    try:
+        claim = ledger.claim(call)
+    except IdempotencyConflict as exc:
+        return str(exc)
+    entry = claim.entry
+    if claim.outcome == "settled":
+        assert entry.result is not None
+        return entry.result.content
+    if claim.outcome == "in_doubt":
+        if effect == "side_effect":
+            answer = _ask(probe, call)
+            if isinstance(answer, Found):
+                content = answer.result if isinstance(answer.result, str) else json.dumps(answer.result)
+                ledger.store.ledger_put(EffectLedger.outcome(entry, ToolResult(call_id, content, how="probed")))
+                return content
+            if not isinstance(answer, NotExecuted):
+                ledger.mark_unknown(entry)
+                return unknown_result(call, answer).content
+        entry = ledger.retry(entry)
+    try:
+        value = await original(ctx, arguments)
+    except BaseException:
+        ledger.mark_unknown(entry)  # it may have acted before raising
+        raise
+    content = value if isinstance(value, str) else _text_of(value)
+    ledger.store.ledger_put(EffectLedger.outcome(entry, ToolResult(call_id, content)))
+    return value
+
+
+def _ask(probe: Probe | None, call: ToolCall) -> Found | NotExecuted | str:
+    """The probe's answer, or why there is none (the reason text of an unknown outcome)."""
+    if probe is None:
+        return "the tool has no probe"
+    try:
+        answer = probe(call)
+    except Exception as exc:  # a failing probe is no evidence either way
+        return f"the probe raised {type(exc).__name__}: {exc}"
+    if isinstance(answer, (Found, NotExecuted)):
+        return answer
+    return getattr(answer, "reason", "") or "the probe could not tell"
+
+
+def _text_of(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def durable(
+    agent: Agent[Any],
+    session: UnbrokenSession,
+    *,
+    effects: Mapping[str, Effect] | None = None,
+    probes: Mapping[str, Probe] | None = None,
+) -> Agent[Any]:
+    """A copy of ``agent`` whose model answers are saved before their tool calls run and whose
+    function tools go through the effect ledger. ``effects`` declares each tool's class
+    (undeclared: ``side_effect``, never re-run blindly); ``probes`` answers, for a
+    side-effecting tool interrupted by a crash, whether it took effect. The agent's model
+    must be a ``Model`` instance (not a model name)."""
+    effects = dict(effects or {})
+    probes = dict(probes or {})
+    if not isinstance(agent.model, Model):
+        raise ConfigError(
+            f"agent {agent.name!r}: durable() needs agent.model to be a Model instance (for example "
+            "OpenAIResponsesModel('gpt-5', AsyncOpenAI())), not a model name"
+        )
+    names = {t.name for t in agent.tools if isinstance(t, FunctionTool)}
+    for option, keys in (("effects", effects), ("probes", probes)):
+        unknown = sorted(set(keys) - names)
+        if unknown:
+            raise ConfigError(f"{option} names {', '.join(unknown)}, which are not function tools of {agent.name!r}")
+    for name, declared in effects.items():
+        if declared not in EFFECTS:
+            raise ConfigError(f"effects[{name!r}] must be one of {', '.join(EFFECTS)}, not {declared!r}")
+        if name in probes and declared != "side_effect":
+            raise ConfigError(f"tool {name!r} is {declared}; a probe only makes sense for a side_effect tool")
+    tools: list[Any] = []
+    for tool in agent.tools:
+        if isinstance(tool, FunctionTool):
+            wrapped = copy.copy(tool)
+            effect: Effect = effects.get(tool.name, "side_effect")
+            wrapped.on_invoke_tool = _durable_invoke(
+                tool.on_invoke_tool, tool.name, effect, probes.get(tool.name), session
+            )
+            tools.append(wrapped)
+        else:
+            tools.append(tool)
+    return agent.clone(model=DurableModel(agent.model, session), tools=tools)
+
+
+async def run_durably(agent: Agent[Any], input: str | list[TResponseInputItem], *, session: UnbrokenSession,
+                      **runner_options: Any) -> RunResult:  # fmt: skip
+    """Run ``input`` on ``session`` with ``Runner.run``, or resume it when an earlier process
+    died while running this same input. The input is saved with the session before the model
+    is asked. A different input while one is unfinished raises ``TaskMismatch`` (finish or
+    ``clear_session`` first). ``runner_options`` go to ``Runner.run`` (not ``session``)."""
+    wanted = canonical_hash(_plain(input))
+    running = session.log.head().get("running")
+    if running is None:
+        items = [{"role": "user", "content": input}] if isinstance(input, str) else [_plain(i) for i in input]
+        session.log.append(items, {**session.log.head(), "running": wanted})
+    elif running != wanted:
+        raise TaskMismatch(
+            f"session {session.session_id!r} is still running another input (a process died during it); "
+            "resume it by passing that same input, or call clear_session() to drop it"
+        )
+    result = await Runner.run(agent, [], session=session, **runner_options)
+    session._set_head(running=None, model_answer=None)
+    return result
+
+
+__all__ = ["DurableModel", "UnbrokenSession", "current_call", "durable", "run_durably"]

@@ -1,0 +1,396 @@
+"""Operations on stored runs, for people and tools: the command line, the web inspector and your
+own code call the same functions. Each takes an open ``Store``, prints nothing, and raises an
+``UnbrokenError`` subclass for anything a caller can act on.
+
+* ``open_existing_store``: open a store that must already exist (a typo creates nothing).
+* ``inspect_run``, ``list_all_runs``, ``queued_runs``: what a store holds, queued runs included.
+* ``ledger_of``: a run's effect ledger, and whether it may have been collected.
+* ``export_run``: a run's whole state, save points and ledger as one JSON document.
+* ``plan_migration``, ``migrate_run``: bring a run's records to the current schema.
+* ``resolve_call``: settle, by hand, a call whose outcome is unknown.
+* ``approve``, ``deny``, ``pending_approvals``: decide a tool call waiting for a person (``unbroken.approvals``).
+* ``fork``, ``rewind``: a run sharing another's history up to a save point (``unbroken.fork``).
+* ``follow``, ``settlements``: watch a live run; where it resumed after crashes and how (``unbroken.watching``).
+* ``import_run``: a checkpoint file written by another harness, as a run (``unbroken.importing``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from .approvals import ApprovalRequest, decide, pending_approvals
+from .codec import MIGRATIONS, Decoded, StoredRecord, encode_full, peek_version
+from .errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, RunNotFound, StoreUnavailable
+from .fork import Fork, fork, rewind
+from .importing import import_run
+from .leases import acquire, make_owner, owner_is_dead
+from .resolve import resolve_call
+from .state import TERMINAL_PHASES, JSONValue, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, check_run_id
+from .stores import Store, open_store
+from .watching import Update, follow, settlements
+
+# --------------------------------------------------------------------------- opening
+
+
+def open_existing_store(url: str) -> Store:
+    """Open the store at ``url``; a SQLite file or store directory that does not exist raises
+    ``StoreUnavailable`` instead of being created empty (a typo must not look like "no runs")."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in ("sqlite", "file") and parts.netloc in ("", "localhost") and "://" in url:
+        path = parts.path[1:] if scheme == "sqlite" and parts.path.startswith("/") else parts.path
+        if path and not Path(path).exists():
+            raise StoreUnavailable(
+                f"no unbroken store at {path} ({url}); pass --store URL or set UNBROKEN_STORE to your runs' store"
+            )
+    return open_store(url)
+
+
+# --------------------------------------------------------------------------- queued runs
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    """A run submitted for workers that none has started yet: it has no save point."""
+
+    run_id: str
+    task: str
+    agent: str | None
+    submitted_at: float
+
+
+def queued_runs(store: Store) -> list[QueuedRun]:
+    """Runs submitted (``store.submit``) and not started yet, oldest first; [] on a store
+    that cannot queue runs."""
+    if "claim" not in store.capabilities:
+        return []
+    queued = [
+        QueuedRun(item.run_id, item.task, item.agent, item.submitted_at)
+        for item in store.list_submissions()
+        if not store.exists(item.run_id)
+    ]
+    return sorted(queued, key=lambda run: run.submitted_at)
+
+
+def queued_run(store: Store, run_id: str) -> QueuedRun | None:
+    """The run ``run_id`` if it is queued and not started, else None."""
+    check_run_id(run_id)
+    return next((run for run in queued_runs(store) if run.run_id == run_id), None)
+
+
+def list_all_runs(store: Store) -> list[RunSummary | QueuedRun]:
+    """Every run: the started ones, most recently updated first, then the queued ones."""
+    started: list[RunSummary | QueuedRun] = list(store.list_runs())
+    seen = {run.run_id for run in started}
+    return started + [run for run in queued_runs(store) if run.run_id not in seen]
+
+
+# --------------------------------------------------------------------------- one run
+
+
+@dataclass
+class RunView:
+    """What ``inspect_run`` found. A queued run has ``queued`` set and no ``state``."""
+
+    run_id: str
+    state: RunState | None = None
+    queued: QueuedRun | None = None
+    problem: str | None = None
+    """Set when the run is damaged: ``state`` is then its last intact save point."""
+    timeline: list[SaveInfo] = field(default_factory=list)
+    lease: Lease | None = None
+    lease_holder_dead: bool = False
+    """The lease is held by a process on this machine that is gone: the next resume takes over at once."""
+    ledger: list[LedgerEntry] = field(default_factory=list)
+
+
+def inspect_run(store: Store, run_id: str, *, decoded: Decoded | None = None) -> RunView:
+    """The run as stored (a damaged run: its last intact save point, with ``problem``), its
+    lease and its effect ledger; a queued run as ``queued``. Raises ``RunNotFound`` otherwise.
+    ``decoded``: the run already read with ``store.decode(run_id, recover=True)``."""
+    try:
+        decoded = decoded or store.decode(run_id, recover=True)
+    except RunNotFound:
+        queued = queued_run(store, run_id)
+        if queued is None:
+            raise
+        return RunView(run_id, queued=queued)
+    lease = store.lease_of(run_id)
+    return RunView(
+        run_id,
+        state=decoded.state,
+        problem=decoded.problem,
+        timeline=decoded.timeline,
+        lease=lease,
+        lease_holder_dead=lease is not None and owner_is_dead(lease.owner),
+        ledger=store.ledger_list(run_id),
+    )
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """A run's effect ledger. ``run_finished``: the run has ended, so ``Store.ledger_gc`` may
+    have collected its entries (an empty ledger then does not mean "no side effect yet")."""
+
+    run_id: str
+    entries: list[LedgerEntry]
+    run_finished: bool
+
+
+def ledger_of(store: Store, run_id: str) -> LedgerView:
+    """The run's effect ledger; ``RunNotFound`` when there is neither a run nor an entry."""
+    entries = store.ledger_list(run_id)
+    summary = next((row for row in store.list_runs() if row.run_id == run_id), None)
+    if not entries and summary is None and not store.exists(run_id):
+        raise RunNotFound(f"no run {run_id!r} in {store.url}")
+    return LedgerView(run_id, entries, summary is not None and summary.phase in TERMINAL_PHASES)
+
+
+def export_run(store: Store, run_id: str) -> dict[str, JSONValue]:
+    """The run as one JSON document: its fields, every message, its save points and its effect
+    ledger (``damaged`` says what is wrong with a damaged run, exported up to its last intact
+    save point). Reads only."""
+    decoded = store.decode(run_id, recover=True)
+    state = decoded.state
+    return {
+        "format": "unbroken.export",
+        "format_version": 1,
+        "exported_at": time.time(),
+        "damaged": decoded.problem,
+        "state": {**state.small_fields(), "messages": state.messages},
+        "save_points": [asdict(info) for info in decoded.timeline],
+        "effect_ledger": [entry.to_json() for entry in store.ledger_list(run_id)],
+    }
+
+
+# --------------------------------------------------------------------------- migrate
+
+Verdict = Literal["current", "migrate", "blocked"]
+
+
+@dataclass(frozen=True)
+class MigrationPlan:
+    """What migrating one run would do. ``verdict``: ``current`` (nothing to do), ``migrate``
+    or ``blocked`` (this unbroken cannot migrate it; ``action`` says why)."""
+
+    run_id: str
+    version: int | None
+    action: str
+    verdict: Verdict
+
+
+def plan_migration(store: Store, run_id: str) -> MigrationPlan:
+    """Read the schema version of the run's first record and say what ``migrate_run`` would do."""
+    try:
+        records = store.read_records(run_id)
+    except RunNotFound:
+        return MigrationPlan(run_id, None, "no save point yet (queued, not started)", "current")
+    version = peek_version(records[0])
+    current = MIGRATIONS.current
+    if version is None:
+        return MigrationPlan(
+            run_id, None, "cannot read its first save record; `unbroken show` reports the damage", "blocked"
+        )
+    if version == current:
+        return MigrationPlan(run_id, version, "up to date", "current")
+    if version > current:
+        reason = f"written by a newer unbroken (schema {version} > {current}); upgrade unbroken"
+        return MigrationPlan(run_id, version, reason, "blocked")
+    try:
+        store.decode(run_id)
+    except (IncompatibleSchema, CorruptCheckpoint) as exc:
+        return MigrationPlan(run_id, version, f"cannot migrate: {exc}", "blocked")
+    return MigrationPlan(
+        run_id, version, f"rewrite {len(records)} save record(s) as one snapshot at schema {current}", "migrate"
+    )
+
+
+def migrate_run(store: Store, run_id: str) -> int:
+    """Rewrite the run's records as one snapshot at the current schema, atomically, under its
+    lease (``LeaseHeld`` while a live process runs it). Returns the version it migrated from."""
+    plan = plan_migration(store, run_id)
+    if plan.verdict != "migrate" or plan.version is None:
+        raise IncompatibleSchema(f"run {run_id!r}: {plan.action}")
+    lease = acquire(store, run_id, make_owner(), 30.0)
+    try:
+        head = store.read_records(run_id)[-1].seq
+        state = store.decode(run_id).state  # folds and migrates in memory
+        state.save_seq = head + 1
+        state.updated_at = time.time()
+        reason = f"migrated from schema {plan.version}"
+        store.rewrite(run_id, [encode_full(state, reason)], expect_seq=head, fence=lease.fence)
+    finally:
+        store.release_lease(lease)
+    return plan.version
+
+
+# --------------------------------------------------------------------------- recovery (stores engineer)
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What ``recover`` did: the save point the run continues from (as the new save ``seq``),
+    the run id holding the original records, and the ledger keys the model was told about."""
+
+    run_id: str
+    recovered_from: int
+    seq: int
+    kept_aside: str
+    told: list[str]
+
+
+def recover(store: Store, run_id: str, *, to: int | None = None) -> Recovery:
+    """Continue a damaged run from an intact save point, as an explicit operator act.
+
+    The run's records, damaged ones included, are first copied unchanged to the run
+    ``<run_id>.damaged-<seq>`` (nothing is deleted); the ledger is kept as it is. The run then
+    holds one snapshot of save point ``to`` (default: the last intact save point with no call in
+    flight), plus a user message naming every side effect the ledger recorded after that point,
+    so the model does not do them again. Refused (``LeaseHeld``) while a live process holds the run,
+    and (``ConfigError``, nothing changed) when its records are intact: recovering twice is safe."""
+    from dataclasses import replace
+
+    from .codec import EncodedSave, decode, summary_of
+
+    check_run_id(run_id)
+    records = store.read_records(run_id)
+    decoded = store.decode(run_id, recover=True)
+    if decoded.problem is None:
+        # A healthy run is never rewritten here: its calls in flight are settled by a resume.
+        raise ConfigError(
+            f"the save records of run {run_id!r} are intact (not damaged): nothing to recover, nothing was "
+            f"changed. To go back to an earlier save point on purpose, use `unbroken rewind {run_id} --to SAVE`; "
+            "a damaged effect-ledger entry (named by `unbroken effects`) must be restored from a backup."
+        )
+    intact = decoded.last_seq
+    candidates = [to] if to is not None else [r.seq for r in reversed(records) if r.seq <= intact]
+    state: RunState | None = None
+    for seq in candidates:
+        if seq > intact or not any(r.seq == seq for r in records):
+            raise CorruptCheckpoint(
+                f"save point {seq} of run {run_id!r} is not intact; the last intact one is {intact}"
+            )
+        state = decode(run_id, [r for r in records if r.seq <= seq]).state
+        if not state.pending_calls:
+            break
+        if to is not None:
+            raise CorruptCheckpoint(f"save point {seq} of run {run_id!r} has calls in flight; pick another with --to")
+    if state is None or state.pending_calls:
+        raise CorruptCheckpoint(f"run {run_id!r} has no intact save point without calls in flight to recover to")
+    lease = acquire(store, run_id, make_owner(), 60.0)
+    try:
+        head = max(records[-1].seq, (store.read_head(run_id) or records[-1]).seq)
+        aside = f"{run_id}.damaged-{head}"
+        summary = replace(summary_of(state), run_id=aside, phase="damaged")
+        kept = []
+        for n, record in enumerate(records, 1):
+            body = record.body if isinstance(record.body, str) else record.body.decode("utf-8", "replace")
+            label = f"kept aside: save {record.seq} of {run_id}"
+            kept.append(EncodedSave(aside, n, label, body, record.checksum, False, summary, ()))
+        if not store.exists(aside):
+            store.rewrite(aside, kept, expect_seq=0)
+        recovered_from = state.save_seq
+        recorded, compacted_at = _recorded_calls([r for r in records if r.seq <= recovered_from])
+        after = [
+            e
+            for e in store.ledger_list(run_id)
+            if e.key not in recorded and (compacted_at is None or e.created_at >= compacted_at)
+        ]
+        if after:
+            lines = [f"- {e.tool} (call {e.call_id}): {_effect_line(e)}" for e in after]
+            state.messages.append(
+                {
+                    "role": "user",
+                    "content": f"[unbroken] This run was restored to save point {recovered_from} after its storage "
+                    "was damaged. These tool calls were already made after that point; do not repeat them:\n"
+                    + "\n".join(lines),
+                }
+            )
+        state.save_seq = head + 1
+        state.updated_at = time.time()
+        store.rewrite(
+            run_id, [encode_full(state, f"recovered from save {recovered_from}")], expect_seq=head, fence=lease.fence
+        )
+    finally:
+        store.release_lease(lease)
+    return Recovery(run_id, recovered_from, state.save_seq, aside, [e.key for e in after])
+
+
+def _recorded_calls(records: Sequence[StoredRecord]) -> tuple[set[str], float | None]:
+    """The idempotency keys of every call the records name (a call is recorded, with its key, in
+    the save that first holds it, before its ledger entry is made), and, when the records start
+    at a compaction snapshot rather than at save 1, that snapshot's time: calls made before it
+    are no longer named in any record, so they are told apart by time alone (they were all
+    answered before the compaction, which happens only between turns)."""
+    from .codec import loads
+
+    keys: set[str] = set()
+    compacted_at: float | None = None
+    for record in records:
+        body = loads(record.body)
+        fields = body.get("fields", {}) if isinstance(body, dict) else {}
+        if record is records[0] and record.seq > 1:
+            compacted_at = float(fields.get("updated_at", 0.0))
+        keys.update(str(call.get("idempotency_key")) for call in fields.get("pending_calls") or [])
+        keys.update(fields.get("results") or {})
+        keys.update(fields.get("resolutions") or {})
+    return keys, compacted_at
+
+
+def _effect_line(entry: LedgerEntry) -> str:
+    if entry.result is None:
+        return f"{entry.status}, outcome not recorded (it may have taken effect)"
+    return f"{entry.status}: {str(entry.result.content)[:200]}"
+
+
+def approve(
+    store: Store, run_id: str, call_id: str, *, digest: str | None = None, by: str | None = None
+) -> ApprovalRequest:
+    """Approve the open request of ``run_id`` for ``call_id`` (provider call id or idempotency
+    key); with ``digest``, only if the call's arguments are the ones shown. Durable when it
+    returns; the resumed run executes the call exactly once."""
+    return decide(store, run_id, call_id, approved=True, digest=digest, by=by)
+
+
+def deny(
+    store: Store, run_id: str, call_id: str, *, reason: str, digest: str | None = None, by: str | None = None
+) -> ApprovalRequest:
+    """Deny the open request of ``run_id`` for ``call_id``: the resumed run gives the model an
+    ``is_error`` result with ``reason`` and never executes the call. Durable when it returns."""
+    return decide(store, run_id, call_id, approved=False, reason=reason, digest=digest, by=by)
+
+
+__all__ = [
+    "ApprovalRequest",
+    "Fork",
+    "LedgerView",
+    "MigrationPlan",
+    "Recovery",
+    "QueuedRun",
+    "RunView",
+    "Update",
+    "approve",
+    "deny",
+    "export_run",
+    "follow",
+    "fork",
+    "import_run",
+    "inspect_run",
+    "ledger_of",
+    "list_all_runs",
+    "migrate_run",
+    "open_existing_store",
+    "pending_approvals",
+    "plan_migration",
+    "queued_run",
+    "queued_runs",
+    "recover",
+    "resolve_call",
+    "rewind",
+    "settlements",
+]

@@ -1,0 +1,116 @@
+"""The Lua scripts of the Redis store, by name. Redis runs each script atomically (no other
+command runs in between), so a script's checks and writes are one indivisible step.
+
+Keys of one run (``P`` is the store's key prefix)::
+
+    P:head:RUN   hash   seq fence owner expires (the head) + task phase turns tokens updated (summary)
+    P:rec:RUN    list   one element per save record: "SEQ CHECKSUM BODY", in seq order
+    P:led:RUN    hash   idempotency key -> "CHECKSUM JSON" of the ledger entry
+    P:runs       zset   run ids that have records, scored by updated_at
+    P:subs       hash   run id -> JSON of its submission (for workers)
+    P:queue      zset   submitted runs not yet seen finished, by submission time (what claims scan)
+
+A missing ``fence`` field means the run has no head. Numbers travel as decimal strings; times
+are compared as numbers (a string that round-trips: Python's ``repr``, Lua's ``%.17g``).
+"""
+
+from __future__ import annotations
+
+# KEYS: head. ARGV: has_expected (0/1), seq, fence, owner, expires (expected), fence, owner, expires (new).
+SWAP_HEAD = """
+local cur = redis.call('HMGET', KEYS[1], 'seq', 'fence', 'owner', 'expires')
+if ARGV[1] == '0' then
+    if cur[2] then return 0 end
+else
+    if not cur[2] then return 0 end
+    if (cur[1] or '0') ~= ARGV[2] or cur[2] ~= ARGV[3] or (cur[3] or '') ~= ARGV[4]
+       or tonumber(cur[4]) ~= tonumber(ARGV[5]) then
+        return 0
+    end
+end
+redis.call('HSET', KEYS[1], 'seq', cur[1] or '0', 'fence', ARGV[6], 'owner', ARGV[7], 'expires', ARGV[8])
+return 1
+"""
+
+# KEYS: head, rec, led, runs. ARGV: expect_seq, fence ('' = unchecked), seq, record element,
+# task, phase, turns, tokens, updated, run_id, then ledger (key, value) pairs.
+WRITE_RECORD = """
+local cur = redis.call('HMGET', KEYS[1], 'seq', 'fence')
+local fence = cur[2] or '0'
+if ARGV[2] ~= '' and fence ~= ARGV[2] then return 0 end
+if (cur[1] or '0') ~= ARGV[1] then return 0 end
+for i = 11, #ARGV, 2 do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]) end
+redis.call('RPUSH', KEYS[2], ARGV[4])
+redis.call('HSET', KEYS[1], 'seq', ARGV[3], 'fence', fence, 'task', ARGV[5], 'phase', ARGV[6],
+           'turns', ARGV[7], 'tokens', ARGV[8], 'updated', ARGV[9])
+if not cur[2] then redis.call('HSET', KEYS[1], 'owner', '', 'expires', '0.0') end
+redis.call('ZADD', KEYS[4], ARGV[9], ARGV[10])
+return 1
+"""
+
+# KEYS: head, rec, led, runs. ARGV: expect_seq, fence, seq (last), task, phase, turns, tokens,
+# updated, run_id, record count N, N record elements, then ledger (key, value) pairs.
+REPLACE_RECORDS = """
+local cur = redis.call('HMGET', KEYS[1], 'seq', 'fence')
+local fence = cur[2] or '0'
+if ARGV[2] ~= '' and fence ~= ARGV[2] then return 0 end
+if (cur[1] or '0') ~= ARGV[1] then return 0 end
+local n = tonumber(ARGV[10])
+redis.call('DEL', KEYS[2])
+for i = 11, 10 + n do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+for i = 11 + n, #ARGV, 2 do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'seq', ARGV[3], 'fence', fence, 'task', ARGV[4], 'phase', ARGV[5],
+           'turns', ARGV[6], 'tokens', ARGV[7], 'updated', ARGV[8])
+if not cur[2] then redis.call('HSET', KEYS[1], 'owner', '', 'expires', '0.0') end
+redis.call('ZADD', KEYS[4], ARGV[8], ARGV[9])
+return 1
+"""
+
+# KEYS: head, led. ARGV: fence ('' = unchecked), key, value, only_if_absent (0/1).
+# Returns {1} when written, {0, stored} when the key existed (insert-if-absent), {-1} when the
+# fence is not the head's.
+WRITE_ENTRY = """
+if ARGV[1] ~= '' and (redis.call('HGET', KEYS[1], 'fence') or '0') ~= ARGV[1] then return {-1} end
+if ARGV[4] == '1' then
+    local stored = redis.call('HGET', KEYS[2], ARGV[2])
+    if stored then return {0, stored} end
+end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+return {1}
+"""
+
+# KEYS: subs, queue. ARGV: run_id, submission JSON, submitted_at. Returns nil when queued now, else
+# the queued JSON. The queue (a sorted set by submission time) holds the runs workers may still claim.
+ADD_SUBMISSION = """
+local stored = redis.call('HGET', KEYS[1], ARGV[1])
+if stored then return stored end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+return false
+"""
+
+# KEYS: head, queue. ARGV: owner, ttl, unclaimable phases, finished phases (comma-separated), run
+# id. Claims the run's lease iff its phase is claimable and nobody holds a live lease, on the
+# server's clock, in one step (so a run that finished a moment ago is never claimed again).
+# A finished run leaves the queue. Returns {fence, expires} or nil.
+CLAIM = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local cur = redis.call('HMGET', KEYS[1], 'phase', 'owner', 'expires', 'fence', 'seq')
+if cur[1] then
+    for phase in string.gmatch(ARGV[4], '[^,]+') do
+        if phase == cur[1] then
+            redis.call('ZREM', KEYS[2], ARGV[5])
+            return false
+        end
+    end
+    for phase in string.gmatch(ARGV[3], '[^,]+') do
+        if phase == cur[1] then return false end
+    end
+end
+if cur[2] and cur[2] ~= '' and tonumber(cur[3] or '0') > now then return false end
+local fence = tostring(tonumber(cur[4] or '0') + 1)
+local expires = string.format('%.17g', now + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], 'seq', cur[5] or '0', 'fence', fence, 'owner', ARGV[1], 'expires', expires)
+return {fence, expires}
+"""

@@ -1,0 +1,391 @@
+"""``redis://HOST:PORT/DB``: runs kept in a Redis server, shared by workers on many machines.
+
+URL options (the rest of the URL, password and ``rediss://`` for TLS included, goes to redis-py):
+
+* ``durability=full|normal|none`` (default ``full``): what the server must guarantee, checked at
+  open against its own settings (``CONFIG GET appendonly appendfsync``). ``full`` needs the
+  append-only file synced on every write (``appendonly yes``, ``appendfsync always``): an
+  acknowledged save survives a crash of the server or its machine. ``normal`` needs
+  ``appendonly yes`` with ``appendfsync everysec`` (or ``always``): a server crash loses nothing,
+  a power loss up to about a second. ``none`` accepts any server (a server that keeps nothing on
+  disk loses every run when it restarts). A server that does less than asked is refused with
+  ``InsufficientDurability`` saying what to set; the store never claims more than the server gives.
+* ``prefix=NAME`` (default ``unbroken``): the key prefix, so several stores can share a database.
+* ``retry_for=SECONDS`` (default 10): how long one operation keeps retrying while the server is
+  unreachable (a restart, a fail-over) before it raises ``StoreUnavailable``.
+
+Every conditional write is one Lua script (``_redis_scripts``), so its check and its writes are one
+atomic step on the server; lease times come from the server's clock (``TIME``). Redis Cluster is
+not supported (a save touches keys of several hash slots).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import redis
+
+from .. import crashpoints
+from ..codec import EncodedSave, PackedRecords, StoredRecord, dumps
+from ..errors import CorruptCheckpoint, InvalidStoreURL, StoreUnavailable
+from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunSummary
+from . import _redis_scripts as lua
+from ._redis_settings import LEVELS, check_durability, split_url, where_of
+from .backend import Durability, Refused, RunHead, SealedEntry, Submission, seal
+from .base import UNCLAIMABLE_PHASES, ClaimedRun, Store
+
+T = TypeVar("T")
+_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+
+
+class RedisStore(Store):
+    """A run store in a Redis database. Safe to share between threads; a forked child opens
+    its own connections (redis-py's pool notices the fork)."""
+
+    capabilities = frozenset({"leases", "ledger", "multi_process", "multi_host", "claim"})
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        client_url, options = split_url(url)
+        self.where = where_of(url)
+        self.prefix = options.get("prefix", "unbroken")
+        level = options.get("durability", "full")
+        if level not in LEVELS:
+            raise InvalidStoreURL(f"durability={level!r} in store URL; use one of {', '.join(LEVELS)}")
+        if not self.prefix or any(ch in self.prefix for ch in " :*?[]{}"):
+            raise InvalidStoreURL(f"prefix={self.prefix!r} in store URL; use letters, digits, '-', '_' or '.'")
+        try:
+            self.retry_for = float(options.get("retry_for", "10"))
+        except ValueError as exc:
+            raise InvalidStoreURL(f"retry_for in store URL is not a number: {exc}") from exc
+        if not 0 <= self.retry_for <= 3600:
+            raise InvalidStoreURL("retry_for in store URL must be between 0 and 3600 seconds")
+        try:
+            self._client = redis.Redis.from_url(client_url, socket_connect_timeout=5, socket_timeout=30)
+        except ValueError as exc:
+            raise InvalidStoreURL(f"store URL is not a valid Redis URL: {exc}") from exc
+        self._lock = threading.Lock()
+        self._scripts = {
+            name: self._client.register_script(getattr(lua, name))
+            for name in ("SWAP_HEAD", "WRITE_RECORD", "REPLACE_RECORDS", "WRITE_ENTRY", "ADD_SUBMISSION", "CLAIM")
+        }
+        self.durability = self._check_durability(level)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _key(self, kind: str, run_id: str = "") -> str:
+        return f"{self.prefix}:{kind}:{run_id}" if run_id else f"{self.prefix}:{kind}"
+
+    def _call(self, op: Callable[[bool], T]) -> T:
+        """Run ``op(retried)``, retrying while the server is unreachable, for up to ``retry_for``
+        seconds. ``retried`` tells ``op`` that an earlier attempt may have been applied."""
+        deadline = time.monotonic() + self.retry_for
+        pause, retried = 0.02, False
+        while True:
+            try:
+                return op(retried)
+            except _TRANSIENT as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreUnavailable(
+                        f"Redis at {self.where} is unreachable ({exc}); gave up after {self.retry_for:g}s. "
+                        "The run is intact at its last save point."
+                    ) from exc
+                retried = True
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 0.5)
+            except redis.RedisError as exc:
+                raise StoreUnavailable(f"Redis at {self.where}: {exc}") from exc
+
+    def _check_durability(self, level: str) -> Durability:
+        """What the server gives (its persistence settings); refuse it if less than ``level``."""
+        try:
+            settings = self._call(lambda _: self._client.config_get("append*"))
+            found = {_text(key): _text(value) for key, value in settings.items()}
+            appendonly, appendfsync = found.get("appendonly", "no"), found.get("appendfsync", "no")
+        except StoreUnavailable as exc:
+            if not isinstance(exc.__cause__, redis.ResponseError):  # CONFIG renamed or disabled
+                raise
+            info = self._call(lambda _: self._client.info("persistence"))
+            appendonly = "yes" if info.get("aof_enabled") else "no"
+            appendfsync = "unknown (CONFIG is disabled on this server)"
+        return check_durability(level, appendonly, appendfsync, self.where)
+
+    def close(self) -> None:
+        self._client.close()
+
+    # ------------------------------------------------------------------ head and clock
+
+    def store_time(self) -> float:
+        seconds, micros = self._call(lambda _: self._client.time())
+        return float(seconds) + float(micros) / 1e6
+
+    def read_head(self, run_id: str) -> RunHead | None:
+        return self._call(lambda _: self._head_now(run_id))
+
+    def swap_head(self, run_id: str, expected: RunHead | None, new: RunHead) -> bool:
+        old = expected or RunHead()
+        args = [
+            "0" if expected is None else "1",
+            str(old.seq),
+            str(old.fence),
+            old.owner or "",
+            repr(float(old.expires_at)),
+            str(new.fence),
+            new.owner or "",
+            repr(float(new.expires_at)),
+        ]
+        script = self._scripts["SWAP_HEAD"]
+        wanted = RunHead(old.seq, new.fence, new.owner, float(new.expires_at))
+
+        def op(retried: bool) -> bool:
+            if script(keys=[self._key("head", run_id)], args=args):
+                return True
+            # A retry after a lost reply finds the head already swapped by the first attempt.
+            return retried and self._head_now(run_id) == wanted
+
+        return self._call(op)
+
+    def _head_now(self, run_id: str) -> RunHead | None:
+        seq, fence, owner, expires = self._client.hmget(self._key("head", run_id), ("seq", "fence", "owner", "expires"))
+        if fence is None:
+            return None
+        return RunHead(int(seq or 0), int(fence), _text(owner) or None, float(expires or 0.0))
+
+    # ------------------------------------------------------------------ records
+
+    @staticmethod
+    def _element(save: EncodedSave) -> bytes:
+        return f"{save.seq} {save.checksum} ".encode() + save.body.encode()
+
+    def _summary_args(self, save: EncodedSave) -> list[str]:
+        s = save.summary
+        return [s.task, s.phase, str(s.turns), str(s.tokens_used), repr(float(s.updated_at))]
+
+    def _run_keys(self, run_id: str) -> list[str]:
+        return [self._key("head", run_id), self._key("rec", run_id), self._key("led", run_id), self._key("runs")]
+
+    def write_record(
+        self, save: EncodedSave, entries: Sequence[SealedEntry], *, expect_seq: int, fence: int | None
+    ) -> None:
+        element = self._element(save)
+        args: list[Any] = [str(expect_seq), "" if fence is None else str(fence), str(save.seq), element]
+        args += [*self._summary_args(save), save.run_id]
+        for sealed in entries:
+            args += [sealed.entry.key, _entry_value(sealed)]
+        script = self._scripts["WRITE_RECORD"]
+
+        def op(retried: bool) -> None:
+            crashpoints.hit("redis.before_write")
+            if script(keys=self._run_keys(save.run_id), args=args):
+                return
+            if retried and self._last_element(save.run_id) == element:
+                return  # the attempt whose reply was lost had written it
+            raise Refused
+
+        self._call(op)
+
+    def _last_element(self, run_id: str) -> bytes | None:
+        last = self._client.lrange(self._key("rec", run_id), -1, -1)
+        return _raw(last[0]) if last else None
+
+    def replace_records(self, run_id: str, saves: Sequence[EncodedSave], *, expect_seq: int, fence: int | None) -> None:
+        last = saves[-1]
+        args: list[Any] = [str(expect_seq), "" if fence is None else str(fence), str(last.seq)]
+        args += [*self._summary_args(last), run_id, str(len(saves))]
+        args += [self._element(save) for save in saves]
+        for save in saves:
+            for entry in save.ledger:
+                args += [entry.key, _entry_value(seal(entry))]
+        script = self._scripts["REPLACE_RECORDS"]
+
+        last_element = self._element(last)
+
+        def op(retried: bool) -> None:
+            if script(keys=self._run_keys(run_id), args=args):
+                return
+            if retried and self._last_element(run_id) == last_element:
+                return  # the attempt whose reply was lost had replaced them
+            raise Refused
+
+        self._call(op)
+
+    def _elements(self, run_id: str) -> list[bytes]:
+        return [_raw(e) for e in self._call(lambda _: self._client.lrange(self._key("rec", run_id), 0, -1))]
+
+    @staticmethod
+    def _split(element: bytes) -> tuple[int, str, bytes]:
+        seq, check, body = element.split(b" ", 2)
+        return int(seq), check.decode(), body
+
+    def records_after(self, run_id: str, after_seq: int = 0) -> list[StoredRecord]:
+        records = []
+        for element in self._elements(run_id):
+            seq, check, body = self._split(element)
+            if seq > after_seq:
+                records.append(StoredRecord(seq, body.decode("utf-8", errors="replace"), check))
+        return records
+
+    def read_raw_records(self, run_id: str) -> list[StoredRecord]:
+        records = []
+        for element in self._elements(run_id):
+            seq, check, body = self._split(element)
+            records.append(StoredRecord(seq, body, check))
+        if not records:
+            raise self._not_found(run_id)
+        return records
+
+    def read_packed(self, run_id: str) -> PackedRecords | None:
+        elements = self._elements(run_id)
+        if not elements:
+            return None
+        bodies, index = [], []
+        for element in elements:
+            seq, check, body = self._split(element)
+            bodies.append(body)
+            index.append((seq, check, len(body)))
+        return PackedRecords(b"[" + b",".join(bodies) + b"]", index)
+
+    def list_summaries(self) -> list[RunSummary]:
+        run_ids = [_text(r) for r in self._call(lambda _: self._client.zrange(self._key("runs"), 0, -1))]
+        fields = ("task", "phase", "turns", "tokens", "seq", "updated")
+
+        def fetch(_: bool) -> list[Any]:
+            pipe = self._client.pipeline(transaction=False)
+            for run_id in run_ids:
+                pipe.hmget(self._key("head", run_id), fields)
+            return pipe.execute()
+
+        summaries = []
+        for run_id, row in zip(run_ids, self._call(fetch) if run_ids else [], strict=True):
+            task, phase, turns, tokens, seq, updated = row
+            if seq is None or int(seq) == 0:
+                continue
+            summaries.append(
+                RunSummary(run_id, _text(task), _text(phase), int(turns), int(tokens), int(seq), float(updated))
+            )
+        return summaries
+
+    def remove_run(self, run_id: str) -> None:
+        def op(_: bool) -> None:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.delete(self._key("head", run_id), self._key("rec", run_id), self._key("led", run_id))
+            pipe.zrem(self._key("runs"), run_id)
+            pipe.hdel(self._key("subs"), run_id)
+            pipe.zrem(self._key("queue"), run_id)
+            pipe.execute()
+
+        self._call(op)
+
+    # ------------------------------------------------------------------ effect ledger
+
+    def _write_entry(self, sealed: SealedEntry, fence: int | None, only_if_absent: bool) -> SealedEntry | None:
+        run_id, value = sealed.entry.run_id, _entry_value(sealed)
+        args: list[bytes | str] = ["" if fence is None else str(fence), sealed.entry.key, value]
+        args.append("1" if only_if_absent else "0")
+        script = self._scripts["WRITE_ENTRY"]
+
+        def op(retried: bool) -> SealedEntry | None:
+            outcome = script(keys=[self._key("head", run_id), self._key("led", run_id)], args=args)
+            if outcome[0] == -1:
+                raise Refused
+            if outcome[0] == 1 or (retried and bytes(outcome[1]) == value):
+                return None  # written now (or by the attempt whose reply was lost)
+            return _parse_entry(outcome[1])
+
+        return self._call(op)
+
+    def insert_entry(self, sealed: SealedEntry, *, fence: int | None) -> SealedEntry | None:
+        return self._write_entry(sealed, fence, only_if_absent=True)
+
+    def put_entry(self, sealed: SealedEntry, *, fence: int | None) -> None:
+        self._write_entry(sealed, fence, only_if_absent=False)
+
+    def get_entry(self, run_id: str, key: str) -> SealedEntry | None:
+        value = self._call(lambda _: self._client.hget(self._key("led", run_id), key))
+        return _parse_entry(_raw(value)) if value is not None else None
+
+    def list_entries(self, run_id: str) -> list[SealedEntry]:
+        return [_parse_entry(_raw(v)) for v in self._call(lambda _: self._client.hvals(self._key("led", run_id)))]
+
+    def delete_entries(self, run_id: str, keys: Sequence[str]) -> None:
+        if keys:
+            self._call(lambda _: self._client.hdel(self._key("led", run_id), *keys))
+
+    # ------------------------------------------------------------------ submissions
+
+    def add_submission(self, submission: Submission) -> Submission | None:
+        data = {"task": submission.task, "agent": submission.agent, "submitted_at": submission.submitted_at}
+        args = [submission.run_id, json.dumps(data), repr(float(submission.submitted_at))]
+        script, keys = self._scripts["ADD_SUBMISSION"], [self._key("subs"), self._key("queue")]
+        stored = self._call(lambda _: script(keys=keys, args=args))
+        return _parse_submission(submission.run_id, stored) if stored else None
+
+    def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
+        """As ``Store.claim_runnable``, with the phase and the lease checked in the same script
+        that takes the lease (the default reads phases first, so a run finishing meanwhile could
+        be claimed again). Only queued runs not yet seen finished are looked at."""
+        script = self._scripts["CLAIM"]
+        phases = (",".join(sorted(UNCLAIMABLE_PHASES)), ",".join(sorted(TERMINAL_PHASES)))
+        queued_ids = [_text(r) for r in self._call(lambda _: self._client.zrange(self._key("queue"), 0, -1))]
+        if not queued_ids:
+            return []
+        rows = self._call(lambda _: self._client.hmget(self._key("subs"), queued_ids))
+        claimed: list[ClaimedRun] = []
+        for run_id, row in zip(queued_ids, rows, strict=True):
+            if len(claimed) >= limit:
+                break
+            queued = _parse_submission(run_id, _raw(row)) if row is not None else None
+            if queued is None or (agent is not None and queued.agent != agent):
+                continue
+            keys = [self._key("head", run_id), self._key("queue")]
+            args = [owner, repr(float(ttl)), *phases, run_id]
+            got = self._call(functools.partial(_run_script, script, keys, args))
+            if got:
+                lease = Lease(run_id, owner, int(got[0]), float(got[1]))
+                claimed.append(ClaimedRun(run_id, queued.task, queued.agent, lease))
+        return claimed
+
+    def list_submissions(self) -> list[Submission]:
+        rows = self._call(lambda _: self._client.hgetall(self._key("subs")))
+        queued = [_parse_submission(_text(run_id), _raw(value)) for run_id, value in rows.items()]
+        return sorted(queued, key=lambda s: (s.submitted_at, s.run_id))
+
+
+def _run_script(script: Any, keys: list[str], args: list[str], _: bool) -> Any:
+    return script(keys=keys, args=args)
+
+
+def _raw(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _entry_value(sealed: SealedEntry) -> bytes:
+    return f"{sealed.checksum or '-'} {dumps(sealed.entry.to_json())}".encode()
+
+
+def _parse_entry(value: bytes) -> SealedEntry:
+    check, _, text = bytes(value).partition(b" ")
+    try:
+        entry = LedgerEntry.from_json(json.loads(text))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptCheckpoint(
+            f"an effect ledger entry in Redis does not parse ({exc}); nothing was changed. Restore it from a "
+            "backup; its result is not given to the model",
+            last_good_seq=None,
+        ) from exc
+    return SealedEntry(entry, None if check == b"-" else check.decode())
+
+
+def _parse_submission(run_id: str, value: bytes) -> Submission:
+    data = json.loads(value)
+    return Submission(run_id, data["task"], data["agent"], float(data["submitted_at"]))

@@ -1,0 +1,331 @@
+"""The inspector's web application (Starlette) and ``serve`` (uvicorn).
+
+Reads are always on. Actions (resolve, approve, deny, fork, export) run the same ``ops``
+functions as the command line and are refused unless all of these hold:
+
+* the server was started with actions enabled;
+* the request carries the per-start token in the ``X-Unbroken-Token`` header (the token is
+  printed at start, in the URL's ``#fragment``, which browsers never send to a server);
+* it is JSON (``Content-Type: application/json``: a cross-site form cannot send that without
+  a CORS preflight, which this server never answers);
+* ``Sec-Fetch-Site``, when sent, is ``same-origin``, and ``Origin``, when sent, is this server.
+
+Every request's ``Host`` must be one this server answers to (a DNS-rebinding page cannot read it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import secrets
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict
+from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .. import ops
+from ..errors import (
+    ApprovalError,
+    ConfigError,
+    LeaseError,
+    RunNotFound,
+    StoreError,
+    UnbrokenError,
+)
+from ..state import check_run_id
+from ..stores.base import Store
+from .views import RunDetails, RunIndex, messages_before, run_page, timeline_before
+
+TOKEN_HEADER = "x-unbroken-token"
+_SECURITY_HEADERS = {
+    # No script, style or image from anywhere but this server; no framing (clickjacking).
+    "content-security-policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+}
+
+
+def _static(name: str) -> bytes:
+    return resources.files("unbroken.ui").joinpath("static", name).read_bytes()
+
+
+class HostCheck:
+    """Answer only requests addressed to one of ``hosts`` ("host:port"); None accepts any."""
+
+    def __init__(self, app: ASGIApp, hosts: frozenset[str] | None) -> None:
+        self.app, self.hosts = app, hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.hosts is not None:
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1").lower()
+            if host not in self.hosts:
+                await JSONResponse({"error": f"this server does not answer to host {host!r}"}, 421)(
+                    scope, receive, send
+                )
+                return
+        await self.app(scope, receive, send)
+
+
+def refusal(request: Request, *, enabled: bool, token: str) -> str | None:
+    """Why an action request is refused, or None when it may run."""
+    if not enabled:
+        return "actions are off: start the server with `unbroken ui --enable-actions`"
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site != "same-origin":
+        return f"cross-site request refused (Sec-Fetch-Site: {site})"
+    origin = request.headers.get("origin")
+    if origin is not None and origin != f"{request.url.scheme}://{request.headers.get('host', '')}":
+        return f"cross-site request refused (Origin: {origin})"
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        return "actions take a JSON body (Content-Type: application/json)"
+    given = request.headers.get(TOKEN_HEADER, "")
+    if not given or not hmac.compare_digest(given.encode(), token.encode()):
+        return "missing or wrong action token: open the URL `unbroken ui` printed (it ends with #token=...)"
+    return None
+
+
+def _status(exc: UnbrokenError) -> int:
+    if isinstance(exc, RunNotFound):
+        return 404
+    if isinstance(exc, LeaseError):
+        return 409
+    if isinstance(exc, (ConfigError, ApprovalError)):
+        return 400
+    if isinstance(exc, StoreError):
+        return 503
+    return 409
+
+
+def create_app(
+    store: Store,
+    *,
+    actions: bool = False,
+    token: str | None = None,
+    hosts: frozenset[str] | None = None,
+    list_ttl: float = 2.0,
+    poll_interval: float = 0.5,
+) -> ASGIApp:
+    """The inspector over an open ``store``. ``hosts``: the "host:port" values it answers to
+    (None: any). ``token``: the action token (default: a new random one, in ``app.state.token``)."""
+    lock = threading.RLock()
+    index = RunIndex(store, lock, list_ttl=list_ttl)
+    details = RunDetails(store, lock)
+    token = token or secrets.token_urlsafe(24)
+
+    def page(name: str, media: str) -> Callable[[Request], Awaitable[Response]]:
+        body = _static(name)
+
+        async def endpoint(request: Request) -> Response:
+            return Response(body, media_type=media, headers=_SECURITY_HEADERS)
+
+        return endpoint
+
+    run_html = _static("index.html")
+
+    async def run_shell(request: Request) -> Response:
+        """The run page; its run is read meanwhile, while the browser fetches the script."""
+        run_id = request.path_params["run_id"]
+
+        def warm() -> None:
+            with contextlib.suppress(UnbrokenError, ValueError):
+                details.get(check_run_id(run_id))
+
+        threading.Thread(target=warm, name="unbroken-ui-warm", daemon=True).start()
+        return Response(run_html, media_type="text/html; charset=utf-8", headers=_SECURITY_HEADERS)
+
+    def reply(data: Any, status: int = 200) -> Response:
+        return JSONResponse(data, status, headers=_SECURITY_HEADERS)
+
+    def guarded(read: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                if "run_id" in request.path_params:
+                    check_run_id(request.path_params["run_id"])
+                return reply(await run_in_threadpool(read, request))
+            except UnbrokenError as exc:
+                return reply({"error": str(exc), "type": type(exc).__name__}, _status(exc))
+            except ValueError as exc:
+                return reply({"error": f"bad request: {exc}"}, 400)
+
+        return endpoint
+
+    def number(request: Request, name: str) -> int | None:
+        value = request.query_params.get(name)
+        return int(value) if value not in (None, "") else None
+
+    def runs(request: Request) -> Any:
+        query = request.query_params
+        return index.page(
+            phase=query.get("phase") or None,
+            text=query.get("q") or None,
+            attention=query.get("attention") in ("1", "true", "on"),
+            after=query.get("after") or None,
+            limit=max(1, min(200, number(request, "limit") or 50)),
+        )
+
+    def run(request: Request) -> Any:
+        data = run_page(details, request.path_params["run_id"])
+        data["actions"] = actions
+        return data
+
+    def earlier_messages(request: Request) -> Any:
+        return messages_before(
+            details, request.path_params["run_id"], number(request, "before") or 0, number(request, "limit")
+        )
+
+    def earlier_saves(request: Request) -> Any:
+        return timeline_before(
+            details, request.path_params["run_id"], number(request, "before") or 0, number(request, "limit")
+        )
+
+    async def events(request: Request) -> Response:
+        run_id = check_run_id(request.path_params["run_id"])
+
+        async def stream() -> AsyncIterator[str]:
+            last = -1
+            quiet = 0.0
+            while not await request.is_disconnected():
+                seq = await run_in_threadpool(details.head_seq, run_id)
+                if seq != last:
+                    last, quiet = seq, 0.0
+                    yield f"event: head\ndata: {json.dumps({'seq': seq})}\n\n"
+                elif quiet > 15:
+                    quiet = 0.0
+                    yield ": still here\n\n"
+                await asyncio.sleep(poll_interval)
+                quiet += poll_interval
+
+        headers = {**_SECURITY_HEADERS, "cache-control": "no-store"}
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+    def action(perform: Callable[[str, dict[str, Any]], Any]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            why = refusal(request, enabled=actions, token=token)
+            if why is not None:
+                return reply({"error": why}, 403)
+            try:
+                run_id = check_run_id(request.path_params["run_id"])
+                body = await request.json()
+                if not isinstance(body, dict):
+                    raise ValueError("the body must be a JSON object")
+
+                def locked() -> Any:
+                    with lock:
+                        return perform(run_id, body)
+
+                done = await run_in_threadpool(locked)
+                index.refresh()
+                return reply(done)
+            except UnbrokenError as exc:
+                return reply({"error": str(exc), "type": type(exc).__name__}, _status(exc))
+            except (ValueError, KeyError, TypeError) as exc:
+                return reply({"error": f"bad request: {exc}"}, 400)
+
+        return endpoint
+
+    def text(body: dict[str, Any], name: str, required: bool = True) -> str | None:
+        value = body.get(name)
+        if value is None and not required:
+            return None
+        if not isinstance(value, str) or (required and not value):
+            raise ValueError(f"{name!r} must be a non-empty string")
+        return value
+
+    def resolve(run_id: str, body: dict[str, Any]) -> Any:
+        call_id = text(body, "call_id")
+        assert call_id is not None
+        if body.get("outcome") == "not_executed":
+            ops.resolve_call(store, run_id, call_id, not_executed=True)
+        elif body.get("outcome") == "took_effect":
+            result = text(body, "result")
+            ops.resolve_call(store, run_id, call_id, result=result, is_error=bool(body.get("is_error", False)))
+        else:
+            raise ValueError("'outcome' must be 'took_effect' or 'not_executed'")
+        return {"resolved": call_id}
+
+    def approve(run_id: str, body: dict[str, Any]) -> Any:
+        call_id = text(body, "call_id")
+        assert call_id is not None
+        done = ops.approve(store, run_id, call_id, digest=text(body, "digest", False), by="unbroken ui")
+        return asdict(done)
+
+    def deny(run_id: str, body: dict[str, Any]) -> Any:
+        call_id, reason = text(body, "call_id"), text(body, "reason")
+        assert call_id is not None and reason is not None
+        done = ops.deny(store, run_id, call_id, reason=reason, digest=text(body, "digest", False), by="unbroken ui")
+        return asdict(done)
+
+    def fork(run_id: str, body: dict[str, Any]) -> Any:
+        at = body.get("at")
+        if not isinstance(at, int) or isinstance(at, bool):
+            raise ValueError("'at' must be a save point number")
+        made = ops.fork(store, run_id, at=at, new_run_id=text(body, "new_run_id", False) or None)
+        return {"run_id": made.run_id, "forked_from": made.forked_from, "at": made.at}
+
+    def export(run_id: str, body: dict[str, Any]) -> Any:
+        return ops.export_run(store, run_id)
+
+    routes = [
+        Route("/", page("index.html", "text/html; charset=utf-8")),
+        Route("/runs/{run_id}", run_shell),
+        Route("/static/app.js", page("app.js", "text/javascript; charset=utf-8")),
+        Route("/static/style.css", page("style.css", "text/css; charset=utf-8")),
+        Route("/api/runs", guarded(runs)),
+        Route("/api/runs/{run_id}", guarded(run)),
+        Route("/api/runs/{run_id}/messages", guarded(earlier_messages)),
+        Route("/api/runs/{run_id}/timeline", guarded(earlier_saves)),
+        Route("/api/runs/{run_id}/events", events),
+        Route("/api/runs/{run_id}/resolve", action(resolve), methods=["POST"]),
+        Route("/api/runs/{run_id}/approve", action(approve), methods=["POST"]),
+        Route("/api/runs/{run_id}/deny", action(deny), methods=["POST"]),
+        Route("/api/runs/{run_id}/fork", action(fork), methods=["POST"]),
+        Route("/api/runs/{run_id}/export", action(export), methods=["POST"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.token = token
+    return HostCheck(app, hosts)
+
+
+def answered_hosts(host: str, port: int) -> frozenset[str] | None:
+    """The Host header values a server bound to ``host`` answers to (None: bound to every
+    interface, any name may reach it)."""
+    if host in ("0.0.0.0", "::", ""):
+        return None
+    names = {host, f"[{host}]"} if ":" in host else {host}
+    if host in ("127.0.0.1", "::1", "localhost"):
+        names |= {"127.0.0.1", "localhost", "[::1]"}
+    return frozenset(f"{name.lower()}:{port}" for name in names)
+
+
+def serve(
+    store: Store,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    actions: bool = False,
+    announce: Callable[[str], None] = print,
+) -> None:
+    """Serve the inspector until interrupted; prints the URL to open (with the action token)."""
+    import uvicorn
+
+    token = secrets.token_urlsafe(24)
+    app = create_app(store, actions=actions, token=token, hosts=answered_hosts(host, port))
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/"
+    if actions:
+        announce(f"unbroken ui: {url}#token={token}  (actions enabled; the token is for this start only)")
+    else:
+        announce(f"unbroken ui: {url}  (read-only; start with --enable-actions to act on runs)")
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=1)
+    uvicorn.Server(config).run()

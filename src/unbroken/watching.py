@@ -1,0 +1,172 @@
+"""Following a run from another process, and reading back what its save points say about crashes.
+
+``follow(store, run_id)`` is an observer: it never takes the lease (a process that cannot get
+the lease, because a live worker holds it, can still watch). It reads the run once, then
+polls the run's head and reads only the records written since, yielding one ``Update`` per
+change, until the run finishes or stops for a person (paused, awaiting approval).
+
+``settlements(store, run_id)`` says, per save point, where a run was resumed after a crash (or a
+stop) and how each call left without a result was settled: the lines ``unbroken history``
+shows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .codec import Decoded, loads
+from .errors import RunNotFound
+from .state import TERMINAL_PHASES, LedgerEntry, SaveInfo, check_run_id
+from .stores.base import Store
+
+STOPPED_PHASES = TERMINAL_PHASES | {"paused", "awaiting_approval"}
+"""Phases in which a run waits for nothing but a person (or is over): ``follow`` ends there."""
+
+
+@dataclass(frozen=True)
+class Update:
+    """What changed since the last update: new save points (oldest first), the lease holder
+    (None: nobody holds the run), and the ledger entries that are new or changed."""
+
+    run_id: str
+    saves: list[SaveInfo]
+    phase: str
+    holder: str | None
+    effects: list[LedgerEntry] = field(default_factory=list)
+
+    @property
+    def stopped(self) -> bool:
+        return self.phase in STOPPED_PHASES
+
+
+def follow(
+    store: Store,
+    run_id: str,
+    *,
+    interval: float = 0.5,
+    timeout: float | None = None,
+    until_stopped: bool = True,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[Update]:
+    """Yield the run's history so far, then one ``Update`` per change, polling every ``interval``
+    seconds; end when the run finishes or stops for a person (``until_stopped``), or after
+    ``timeout`` seconds. Reads only."""
+    check_run_id(run_id)
+    decoded = store.decode(run_id, recover=True)
+    fields: dict[str, Any] = dict(decoded.state.small_fields())
+    effects = store.ledger_list(run_id)
+    seen = {(entry.key, entry.status) for entry in effects}
+    last_seq = decoded.last_seq
+    first = Update(run_id, list(decoded.timeline), decoded.state.phase, _holder(store, run_id), effects)
+    yield first
+    if until_stopped and first.stopped:
+        return
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while deadline is None or time.monotonic() < deadline:
+        sleep(interval)
+        head = store.read_head(run_id)
+        if head is None:
+            raise RunNotFound(f"run {run_id!r} was deleted while it was watched")
+        if head.seq <= last_seq:
+            continue
+        saves = []
+        for record in store.records_after(run_id, last_seq):
+            body = loads(record.body)
+            fields = dict(body["fields"]) if body["snapshot"] else {**fields, **body["fields"]}
+            saves.append(_save_info(body, fields))
+            last_seq = record.seq
+        effects = [entry for entry in store.ledger_list(run_id) if (entry.key, entry.status) not in seen]
+        seen.update((entry.key, entry.status) for entry in effects)
+        update = Update(run_id, saves, str(fields.get("phase", "?")), _holder(store, run_id), effects)
+        yield update
+        if until_stopped and update.stopped:
+            return
+
+
+def _holder(store: Store, run_id: str) -> str | None:
+    lease = store.lease_of(run_id)
+    return lease.owner if lease is not None else None
+
+
+def _save_info(body: dict[str, Any], fields: dict[str, Any]) -> SaveInfo:
+    return SaveInfo(
+        seq=body["seq"],
+        label=body["label"],
+        phase=fields.get("phase", "?"),
+        turns=fields.get("turns", 0),
+        tokens_used=fields.get("tokens_used", 0),
+        messages_added=len(body["messages"]),
+        at=fields.get("updated_at", 0.0),
+        snapshot=bool(body["snapshot"]),
+    )
+
+
+# --------------------------------------------------------------------------- crashes in the history
+
+_SETTLED_WITHOUT_RUNNING = {
+    "reused": "settled from the effect ledger (it had run; not run again)",
+    "probed": "settled by its probe (it had taken effect; not run again)",
+    "unknown": "outcome UNKNOWN (reported, not run again)",
+    "skipped": "not run again (past max_attempts)",
+    "attempts_exhausted": "not run again (past max_attempts)",
+    "resolved": "settled by hand (unbroken resolve)",
+    "denied": "denied by a person (not run)",
+    "invalid": "refused (malformed call; not run)",
+}
+
+
+def settlements(store: Store, run_id: str, *, decoded: Decoded | None = None) -> dict[int, list[str]]:
+    """Notes by save point: where the run resumed with calls left without a result (a crash,
+    or a stop) and how each such call was settled. Reads only. ``decoded``: the run already
+    read with ``store.decode(run_id, recover=True)`` (read once, not twice)."""
+    decoded = decoded or store.decode(check_run_id(run_id), recover=True)
+    ledger = {entry.key: entry for entry in store.ledger_list(run_id)}
+    notes: dict[int, list[str]] = {}
+    fields: dict[str, Any] = {}
+    resumed: dict[str, dict[str, Any]] = {}  # key -> call, for calls open at a resume, until settled
+    for body in decoded.records:
+        previous = fields
+        fields = dict(body["fields"]) if body["snapshot"] else {**fields, **body["fields"]}
+        seq, label = body["seq"], body["label"]
+        calls = {**_calls_of(previous), **_calls_of(fields)}
+        results = fields.get("results") or {}
+        lines: list[str] = []
+        if label in ("attempt", "repaired"):
+            fresh = [key for key in _calls_of(fields) if key not in results and key not in resumed]
+            if fresh:
+                what = "a crash or a stop" if label == "attempt" else "a repair of the history"
+                lines.append(f"resumed after {what}: {len(fresh)} call(s) had no result")
+                resumed.update((key, calls[key]) for key in fresh)
+        before = previous.get("results") or {}
+        for key in [key for key in resumed if key in results and key not in before]:
+            lines.append(_settled_line(resumed.pop(key), str(results[key].get("how", "executed")), ledger.get(key)))
+        if not fields.get("pending_calls"):  # the turn's last results went into the history
+            approvals = previous.get("approvals") or {}
+            for key, call in resumed.items():
+                denied = (approvals.get(key) or {}).get("status") == "denied"
+                entry = ledger.get(key)
+                how = "denied" if denied else entry.result.how if entry is not None and entry.result else "executed"
+                lines.append(_settled_line(call, how, entry))
+            resumed = {}
+        if lines:
+            notes[seq] = lines
+    return notes
+
+
+def _calls_of(fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {call["idempotency_key"]: call for call in fields.get("pending_calls") or []}
+
+
+def _settled_line(call: dict[str, Any], how: str, entry: LedgerEntry | None) -> str:
+    text = _SETTLED_WITHOUT_RUNNING.get(how)
+    if text is None and how == "executed":
+        if entry is None:
+            text = "run again (read-only, or never claimed)"
+        elif entry.attempts > 1:
+            text = f"run again with the same idempotency key (attempt {entry.attempts})"
+        else:
+            text = "run now (it had not started before)"
+    return f"call {call['id']} ({call['name']}): {text or how}"

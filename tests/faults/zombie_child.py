@@ -1,0 +1,153 @@
+"""One agent process for the zombie-owner tests: a run with one side effect (``charge``).
+
+Every execution of ``charge`` appends the call's idempotency key to ``--charges`` (a file
+outside the store), so the test can count how many times the side effect really happened.
+The probe reads that file truthfully. ``--pause`` says where and how this process stops:
+
+* ``sigstop``: after the intent is saved, before the engine's execute point, it SIGSTOPs itself;
+* ``gil``: at the same point, C code holding the GIL blocks on a pipe (``--gil-fd``) until the
+  test writes a byte; no signal is involved, the heartbeat thread simply cannot run;
+* ``tool-sigstop``: inside the tool, after the engine's check and before the charge;
+* ``tool-wait``: inside the tool, waits (GIL released, heartbeat running) for ``<charges>.go``.
+
+With ``--tool-checks`` the tool calls ``current_lease().check()`` right before it charges.
+
+It writes ``<charges>.<name>.paused`` when it reaches the pause, ``<charges>.<name>.probed`` each time
+the probe is asked, and prints one JSON line with how the run ended.
+``--without-fencing`` switches the mechanism under test off (to show the tests fail without it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from unbroken import (
+    Agent,
+    Found,
+    NotExecuted,
+    ScriptedModel,
+    ToolCall,
+    crashpoints,
+    current_lease,
+    open_store,
+    tool,
+)
+from unbroken.errors import LeaseHeld, LeaseLost
+from unbroken.tools import ProbeAnswer
+
+USAGE = {"input_tokens": 10, "output_tokens": 5}
+SCRIPT: list[dict[str, Any]] = [
+    {
+        "content": [{"type": "tool_use", "id": "toolu_charge", "name": "charge", "input": {"cents": 500}}],
+        "stop_reason": "tool_use",
+        "usage": USAGE,
+    },
+    {"content": [{"type": "text", "text": "charged"}], "stop_reason": "end_turn", "usage": USAGE},
+]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--charges", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--ttl", type=float, default=1.0)
+    parser.add_argument("--pause", choices=["none", "sigstop", "gil", "tool-sigstop", "tool-wait"], default="none")
+    parser.add_argument("--gil-fd", type=int, default=-1)
+    parser.add_argument("--tool-checks", action="store_true", help="the tool checks its lease right before charging")
+    parser.add_argument("--without-fencing", default="", help="check,grace,owner,tool (or all): parts to switch off")
+    args = parser.parse_args()
+    charges = Path(args.charges)
+    marker = Path(f"{charges}.{args.name}")
+
+    def mark(what: str) -> None:
+        Path(f"{marker}.{what}").touch()
+
+    def pause_here() -> None:
+        mark("paused")
+        if args.pause in ("sigstop", "tool-sigstop"):
+            os.kill(os.getpid(), signal.SIGSTOP)
+        elif args.pause == "gil":
+            buffer = ctypes.create_string_buffer(1)
+            ctypes.PyDLL(None).read(args.gil_fd, buffer, 1)  # PyDLL: the GIL stays held while it blocks
+        elif args.pause == "tool-wait":
+            while not Path(f"{charges}.go").exists():
+                time.sleep(0.02)
+
+    def charged(call: ToolCall) -> ProbeAnswer:
+        mark("probed")
+        done = charges.exists() and call.idempotency_key in charges.read_text().split()
+        return Found("charged") if done else NotExecuted()
+
+    @tool(effect="side_effect", probe=charged)
+    def charge(cents: int, *, call: ToolCall) -> str:
+        """Charge the customer's card."""
+        if args.pause in ("tool-sigstop", "tool-wait"):
+            pause_here()
+        if args.tool_checks and "tool" not in off:
+            current_lease().check()  # LeaseLost: nothing is charged
+        with charges.open("a") as out:
+            out.write(call.idempotency_key + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        return f"charged {cents}"
+
+    if args.pause in ("sigstop", "gil"):
+        crashpoints.observe(lambda label: pause_here() if label == "tool.before_execute" else None)
+    off = switch_fencing_off(args.without_fencing) if args.without_fencing else set()
+
+    store = open_store(args.store)
+    agent = Agent(ScriptedModel(SCRIPT), [charge], store, lease_ttl=args.ttl)
+    try:
+        result = agent.run("charge the customer once", run_id=args.run_id)
+        outcome: dict[str, Any] = {"status": result.status, "reconciled": result.reconciled}
+    except (LeaseLost, LeaseHeld) as exc:
+        outcome = {"error": type(exc).__name__, "message": str(exc)}
+    print(json.dumps(outcome), flush=True)
+    store.close()
+    return 0
+
+
+def switch_fencing_off(parts: str) -> set[str]:
+    """The mechanism removed, in ``parts`` (comma-separated, or ``all``): ``check`` (no check
+    before acting), ``grace`` (no wait after a takeover), ``owner`` (a holder is judged dead by
+    its pid alone, as before boot id and PID namespace were compared), ``tool`` (the tool does
+    not check its lease itself). Returns the parts switched off."""
+    from unbroken import fencing, leases
+
+    checked_acting = fencing.LeaseGuard.acting
+
+    def acting(self: fencing.LeaseGuard, effect: str) -> Any:
+        return checked_acting(self, "read_only")  # read-only tools are not checked
+
+    def pid_only_is_dead(owner: str) -> bool:
+        parts = owner.split(":")
+        pid = int(parts[1])
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        stat = leases._proc_stat(pid)
+        return stat is None or stat[1] != parts[2]
+
+    off = {"check", "grace", "owner", "tool"} if parts == "all" else set(parts.split(","))
+    if "check" in off:
+        fencing.LeaseGuard.acting = acting  # type: ignore[method-assign]
+    if "grace" in off:
+        fencing.LeaseGuard.wait_before_trusting_absence = lambda self: False  # type: ignore[method-assign]
+    if "owner" in off:
+        leases.owner_is_dead = pid_only_is_dead
+    return off
+
+
+if __name__ == "__main__":
+    sys.exit(main())
