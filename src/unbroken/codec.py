@@ -572,22 +572,22 @@ def _decode(
             # anything unusual goes through ``_parse_one`` itself, which says what is wrong.
             value = None
             if (expected is None or seq == expected) and len(body) <= MAX_RECORD_BYTES:
-                raw = body if type(body) is bytes else body.encode()  # type: ignore[union-attr]
-                if f"{crc(raw):08x}" == record.checksum:
-                    try:
+                try:  # (a str with a lone surrogate cannot be encoded: judged by _parse_one)
+                    raw = body if type(body) is bytes else body.encode()  # type: ignore[union-attr]
+                    if f"{crc(raw):08x}" == record.checksum:
                         value = loads(raw)
-                    except (ValueError, RecursionError):
-                        value = None
-                    if not (
-                        type(value) is dict
-                        and type(value.get("v")) is int
-                        and value["v"] <= current
-                        and value.get("seq") == seq
-                        and type(value.get("messages")) is list
-                        and type(value.get("fields")) is dict
-                        and type(value.get("msg_start")) is int
-                    ):
-                        value = None
+                except (ValueError, RecursionError):
+                    value = None
+                if not (
+                    type(value) is dict
+                    and type(value.get("v")) is int
+                    and value["v"] <= current
+                    and value.get("seq") == seq
+                    and type(value.get("messages")) is list
+                    and type(value.get("fields")) is dict
+                    and type(value.get("msg_start")) is int
+                ):
+                    value = None
             try:
                 if value is None:
                     if expected is not None and seq != expected:

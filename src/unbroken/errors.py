@@ -14,6 +14,7 @@
     ├── StoreError                  the store could not do what was asked
     │   ├── StoreUnavailable        cannot reach / open / write the store
     │   ├── RunNotFound             no checkpoint under that run id
+    │   │   └── RunQueued           submitted for workers, not started yet
     │   ├── CorruptCheckpoint       a record failed its checksum or does not parse
     │   ├── IncompatibleSchema      written by a newer unbroken, or no migration path
     │   ├── ConcurrentSave          someone else advanced the run first
@@ -93,6 +94,10 @@ class StoreUnavailable(StoreError):
 
 class RunNotFound(StoreError):
     """No run is stored under that run id."""
+
+
+class RunQueued(RunNotFound):
+    """The run was submitted for workers and has not started yet: it has no save point to load."""
 
 
 class CorruptCheckpoint(StoreError):

@@ -62,10 +62,22 @@ def make_owner() -> str:
     return f"{_HOST}:{pid}:{start}:{uuid.uuid4().hex[:8]}:{_boot_id()}:{_pid_namespace()}"
 
 
+_ENDED_OWNERS: set[str] = set()
+
+
+def mark_ended(owner: str) -> None:
+    """Record that the call of this process that held leases as ``owner`` has ended: its lease,
+    if it could not be released (the store was unreachable), is provably free to take over."""
+    _ENDED_OWNERS.add(owner)
+
+
 def owner_is_dead(owner: str) -> bool:
-    """True only when ``owner`` provably names a process that has exited: same host, same boot,
+    """True only when ``owner`` provably names a holder that can no longer act: a call of this
+    process that has ended (``mark_ended``), or a process that has exited: same host, same boot,
     same PID namespace as this process, and its pid is gone, a zombie, or reused. False for
     anything that cannot be proven (including owner names of the older 4-part form)."""
+    if owner in _ENDED_OWNERS:
+        return True
     parts = owner.split(":")
     if len(parts) != 6:
         return False

@@ -25,7 +25,7 @@ from .conversation import TurnsPer
 from .engine import drive_async, drive_sync
 from .errors import ConfigError, LeaseLost, RunNotFound
 from .hooks import Hook
-from .leases import Heartbeat, make_owner, take_lease
+from .leases import Heartbeat, make_owner, mark_ended, take_lease
 from .model import Model
 from .resources import Opener
 from .session import RunResult, RunSession
@@ -267,7 +267,9 @@ class Agent:
         if task is None and not store.exists(run_id):
             raise RunNotFound(f"no run {run_id!r} to resume in {store.url}; give a task to start it")
         # A name per call unless given: the same name would re-enter a live lease (a worker's claim).
-        guard = take_lease(store, run_id, owner or make_owner(), self.lease_ttl, grace=self.lease_grace)
+        call_owner = owner or make_owner()
+        guard = take_lease(store, run_id, call_owner, self.lease_ttl, grace=self.lease_grace)
+        session: RunSession | None = None
         try:
             with Heartbeat(guard) as heartbeat:
                 session = RunSession(
@@ -293,4 +295,14 @@ class Agent:
                     raise
                 hooks.run_ended(session, None)
         finally:
-            guard.release()
+            # arun ended (cancelled, or an error) while a started tool still runs in a thread of this
+            # process and may still act: neither release the lease nor call this name ended; the
+            # lease expires and the next holder waits out the grace before trusting "not executed".
+            if session is None or not session.tools_left_running:
+                try:
+                    guard.release()
+                finally:
+                    if owner is None:
+                        # This call's name is never used again: if the release could not reach the
+                        # store, a later call of this process may take the run over at once.
+                        mark_ended(call_owner)

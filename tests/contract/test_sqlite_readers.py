@@ -68,3 +68,24 @@ def test_read_only_commands_are_not_blocked_by_a_frozen_writer(frozen_writer: st
     result = CliRunner().invoke(main, [*command, "--store", frozen_writer])
     assert result.exit_code == 0, result.output
     assert time.monotonic() - started < 5.0
+
+
+OPEN_NEW_STORE = """
+import sys
+from unbroken.stores import open_store
+store = open_store(sys.argv[1])
+store.list_runs()
+store.close()
+"""
+
+
+def test_processes_creating_one_new_store_at_the_same_time_all_open_it(tmp_path: Path) -> None:
+    # Switching a new file to WAL takes an exclusive lock that does not wait on busy_timeout.
+    for attempt in range(5):
+        url = f"sqlite:///{tmp_path}/new-{attempt}.db"
+        children = [
+            subprocess.Popen([sys.executable, "-c", OPEN_NEW_STORE, url], stderr=subprocess.PIPE) for _ in range(4)
+        ]
+        for child in children:
+            _, stderr = child.communicate(timeout=60)
+            assert child.returncode == 0, stderr.decode()[-2000:]

@@ -47,12 +47,12 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Keep the fast share small: PostgreSQL is slow (its param), and so are the file store and
-    the 100 MB results under ``arun`` (SQLite runs both drivers in the fast share)."""
+    """Keep the fast share small: PostgreSQL is slow (its param), and so are the file store, the
+    100 MB results and the kill loops under ``arun`` (the rest runs both drivers on SQLite)."""
     for item in items:
         params = getattr(item, "callspec", None)
         if params is None or params.params.get("driver") != "async":
             continue
-        # The file store under arun, and the 100 MB results under arun, run in the slow share.
-        if params.params.get("store_url") == "file" or "100_mb" in item.name:
+        # The file store, the 100 MB results and the kill loops under arun run in the slow share.
+        if params.params.get("store_url") == "file" or "100_mb" in item.name or "test_kills" in item.name:
             item.add_marker(pytest.mark.slow)

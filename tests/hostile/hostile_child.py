@@ -69,6 +69,14 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "one_read": [turn(("toolu_read", "read_file", {"path": "a.txt"})), FINAL],
     # One tool result of --big-mb megabytes.
     "big": [turn(("toolu_big", "big_result", {})), FINAL],
+    # Two calls in one turn: a fenced send that may refuse, and a slow plain send.
+    "fenced_pair": [
+        turn(
+            ("toolu_fenced", "send_fenced", {"to": "f@example.com"}),
+            ("toolu_slow", "send_email", {"to": "s@example.com"}),
+        ),
+        FINAL,
+    ],
     # A side effect whose own service refuses the run's fence while <world>/refuse exists.
     "fenced": [turn(("toolu_fenced", "send_fenced", {"to": "f@example.com"})), FINAL],
     # A tool declared idempotent that ignores its key (it sends every time it runs).
@@ -109,7 +117,8 @@ def build_tools(world: Path, probe: str, big_mb: int, approval: bool) -> list[To
     @tool(effect="side_effect", probe=probes[probe], approval=approval)
     def send_email(to: str, *, call: ToolCall) -> str:
         """Send an email (slowly, so concurrent callers overlap)."""
-        time.sleep(0.2)
+        (world / f"sending-{to}").touch()
+        time.sleep(float(os.environ.get("HOSTILE_SEND_SECONDS", "0.2")))
         journal(world, "send_email", call, to=to)
         return f"sent to {to}"
 
@@ -178,6 +187,14 @@ def twice(agent: Agent, run_id: str, driver: str) -> list[str]:
     return sorted(outcome(value) for value in results)
 
 
+async def retry_after_cancel(agent: Agent, run_id: str, timeout: float) -> Any:
+    """A request handler that times out and retries at once, in the same process and loop."""
+    try:
+        return await asyncio.wait_for(agent.arun("go", run_id=run_id), timeout)
+    except TimeoutError:
+        return await agent.arun("go", run_id=run_id)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("script", choices=sorted(SCRIPTS))
@@ -186,6 +203,8 @@ def main() -> int:
     parser.add_argument("--world", required=True, type=Path)
     parser.add_argument("--driver", choices=["sync", "async"], default="sync")
     parser.add_argument("--twice", action="store_true", help="two callers in this process on one run at once")
+    parser.add_argument("--cancel-after", type=float, default=None, help="arun under asyncio.wait_for(timeout=)")
+    parser.add_argument("--retry", action="store_true", help="after the timeout, arun again on the same loop")
     parser.add_argument("--max-result-bytes", default="default")
     parser.add_argument("--big-mb", type=int, default=100)
     parser.add_argument(
@@ -213,11 +232,15 @@ def main() -> int:
             print(json.dumps({"outcomes": twice(agent, options.run_id, options.driver)}))
             return 0
         try:
-            if options.driver == "async":
+            if options.cancel_after is not None and options.retry:
+                result = asyncio.run(retry_after_cancel(agent, options.run_id, options.cancel_after))
+            elif options.cancel_after is not None:
+                result = asyncio.run(asyncio.wait_for(agent.arun("go", run_id=options.run_id), options.cancel_after))
+            elif options.driver == "async":
                 result = asyncio.run(agent.arun("go", run_id=options.run_id))
             else:
                 result = agent.run("go", run_id=options.run_id)
-        except UnbrokenError as exc:
+        except (UnbrokenError, TimeoutError) as exc:
             print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
             return 3
     print(json.dumps({"status": result.status, "turns": result.turns}))

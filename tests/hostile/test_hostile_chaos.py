@@ -20,11 +20,11 @@ def chaos(*args: str) -> tuple[int, str]:
     return result.exit_code, " ".join(result.output.split())
 
 
-def test_an_idempotent_tool_that_reads_but_ignores_its_key_is_reported_with_the_repeated_change() -> None:
+def test_an_idempotent_tool_that_reads_but_ignores_its_key_fails_the_sweep_with_the_repeated_change() -> None:
     code, output = chaos("--driver", "both")
     assert "send_invoice call toolu_i1" in output, output
     assert "$UNBROKEN_CHAOS_DIR changed on" in output and "never read" not in output
-    assert code == 0  # a warning, by design (docs/chaos.md): --strict makes it fail CI
+    assert code == 1  # the invoice went out twice under one key: a violation, like a side effect's
 
 
 def test_strict_fails_the_sweep_on_the_key_logging_invoice_tool() -> None:

@@ -129,3 +129,32 @@ def test_duplicate_ids_in_one_turn_without_a_probe_never_hand_one_call_the_other
             assert sent[to] == 1
     unknown = sum(a["content"].startswith("UNKNOWN OUTCOME") for a in answers)
     assert unknown == sum(e.status == "unknown" for e in entries) >= 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (docs/guarantees.md section 8): a side effect's starts are counted from its ledger "
+    "intents, saved right before it runs, so kills between the intent and the tool's first instruction count "
+    "as attempts; past the cap the call is reported unknown without asking the probe",
+)
+def test_kills_before_a_probed_side_effect_starts_do_not_use_up_its_attempts(
+    sqlite_url: str, world: Path, driver: str
+) -> None:
+    # Five processes die after the email's intent was saved but before the tool ever ran; its
+    # probe proves it was never sent, so the sixth process must send it, once.
+    for _ in range(5):
+        child = run_child(
+            "three_sends", sqlite_url, RUN, world, "--driver", driver, "--probe", crash_at="tool.before_execute:1"
+        )
+        assert child.killed, child.stderr[-2000:]
+    assert executions(world)["send_email"] == 0
+    finished = run_child("three_sends", sqlite_url, RUN, world, "--driver", driver, "--probe")
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    with open_store(sqlite_url) as store:
+        first = tool_results(store.load(RUN).messages)[0]
+    assert first["content"] == "sent to a@example.com", first
+    assert Counter(line["to"] for line in journal(world)) == {
+        "a@example.com": 1,
+        "b@example.com": 1,
+        "c@example.com": 1,
+    }

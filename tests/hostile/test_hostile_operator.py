@@ -4,15 +4,19 @@ store by hand, a fork of a run with a call in doubt, and two processes started o
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hostile_kit import CHILD, executions, journal, run_child, tool_results
 
 from unbroken import ApprovalError, ConfigError, CorruptCheckpoint, open_store
+from unbroken.cli import main
 from unbroken.ops import approve, deny, fork, pending_approvals
 
 RUN = "audit-run"
@@ -133,6 +137,8 @@ def test_approving_by_a_call_id_the_provider_repeated_in_one_turn_is_refused_unt
     with open_store(sqlite_url) as store:
         with pytest.raises(ApprovalError, match="share the call id"):
             approve(store, RUN, "call_0")  # the person looked at one of two requests named call_0
+        listed = CliRunner().invoke(main, ["approvals", RUN, "--store", sqlite_url]).output
+        assert all(request.key in "".join(listed.split()) for request in pending_approvals(store, RUN)), listed
         assert {request.status for request in pending_approvals(store, RUN)} == {"requested"}
         for request in pending_approvals(store, RUN):
             if request.input == {"to": "y@example.com"}:
@@ -142,3 +148,66 @@ def test_approving_by_a_call_id_the_provider_repeated_in_one_turn_is_refused_unt
     resumed = run_child("dup_ids", sqlite_url, RUN, world, "--driver", driver, "--approval")
     assert resumed.outcome["status"] == "completed", resumed.stdout + resumed.stderr
     assert [line["to"] for line in journal(world)] == ["y@example.com"]
+
+
+@pytest.mark.parametrize("how", ["cancelled", pytest.param("sibling_lease_lost", marks=pytest.mark.slow)])
+def test_an_arun_that_ends_while_a_sibling_tool_still_runs_does_not_let_the_next_holder_send_it_again(
+    sqlite_url: str, world: Path, how: str
+) -> None:
+    # arun ends early (a request timeout cancels it, or a sibling tool raised LeaseLost) while a
+    # slow send is still running in its thread. The next process must not trust "not executed"
+    # as if the run had been released with nothing in flight.
+    script, extra = ("three_sends", ["--cancel-after", "0.5"]) if how == "cancelled" else ("fenced_pair", [])
+    if how == "sibling_lease_lost":
+        (world / "refuse").touch()
+    args = [sys.executable, str(CHILD), script, "--store", sqlite_url, "--run-id", RUN, "--world", str(world)]
+    args += ["--driver", "async", "--probe", *extra]
+    env = {**os.environ, "HOSTILE_SEND_SECONDS": "2.5"}
+    first = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(world.glob("sending-*")):
+            assert time.monotonic() < deadline and first.poll() is None, "the slow send never started"
+            time.sleep(0.02)
+        with open_store(sqlite_url) as store:  # wait until the first process has let go of the run
+            while store.lease_of(RUN) is not None and first.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+        (world / "refuse").unlink(missing_ok=True)
+        second = run_child(script, sqlite_url, RUN, world, "--driver", "async", "--probe")
+        first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert second.returncode in (0, 3), second.stderr[-2000:]
+    sent = Counter(line["to"] for line in journal(world) if line["tool"] == "send_email")
+    assert set(sent.values()) == {1}, f"an email was sent twice: {sent}"
+
+
+def test_a_timed_out_arun_retried_at_once_in_the_same_process_does_not_send_twice(sqlite_url: str, world: Path) -> None:
+    # The request times out while the email is being sent (in a thread that goes on), and the
+    # handler retries on the same event loop straight away.
+    args = ["--driver", "async", "--probe", "--cancel-after", "0.5", "--retry"]
+    env = {**os.environ, "HOSTILE_SEND_SECONDS": "1.5"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(CHILD),
+            "three_sends",
+            "--store",
+            sqlite_url,
+            "--run-id",
+            RUN,
+            "--world",
+            str(world),
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode in (0, 3), done.stderr[-2000:]
+    sent = Counter(line["to"] for line in journal(world))
+    assert set(sent.values()) == {1}, f"an email was sent twice: {sent} ({done.stdout})"

@@ -85,18 +85,12 @@ def test_the_sync_driver_runs_the_agent_through_run(scratch: Path) -> None:
     assert sent and all(invoice["main_thread"] for invoice in sent)
 
 
-def test_an_idempotent_tool_that_ignores_its_key_is_warned_about_with_the_evidence(scratch: Path) -> None:
+def test_an_idempotent_tool_that_ignores_its_key_and_applies_it_twice_fails_with_the_evidence(scratch: Path) -> None:
     code, output = _one_kill("--agent", KEYLESS_AGENT, "--driver", "sync", "--workdir", str(scratch))
-    assert code == 0, output
-    warning = " ".join(output[output.index("WARNING") :].split())
-    assert "add_loyalty_points call toolu_k1" in warning
-    assert "never read call.idempotency_key" in warning and "$UNBROKEN_CHAOS_DIR changed on" in warning
-
-
-def test_strict_turns_the_idempotency_warning_into_a_failure(scratch: Path) -> None:
-    code, output = _one_kill("--agent", KEYLESS_AGENT, "--driver", "sync", "--strict", "--workdir", str(scratch))
     assert code == 1, output
-    assert "WARNING" in output
+    flat = " ".join(output.split())
+    assert "add_loyalty_points call toolu_k1" in flat
+    assert "never read call.idempotency_key" in flat and "$UNBROKEN_CHAOS_DIR changed on" in flat
 
 
 def test_a_problem_found_by_the_users_check_fails_the_sweep(scratch: Path) -> None:

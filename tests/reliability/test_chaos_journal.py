@@ -132,9 +132,11 @@ def test_an_idempotent_tool_rerun_under_one_key_that_never_read_it_is_a_warning(
     assert violations == [] and "never read call.idempotency_key" in warnings[0].detail
 
 
-def test_an_idempotent_tool_whose_reruns_each_changed_the_directory_is_a_warning_even_if_it_read_the_key() -> None:
-    _, warnings = judge(_with("idempotent", _done(changed=True, key_read=True), _done(changed=True, key_read=True)))
-    assert "changed on 2 of its executions" in warnings[0].detail
+def test_an_idempotent_tool_whose_reruns_each_changed_the_directory_is_a_violation_even_if_it_read_the_key() -> None:
+    violations, warnings = judge(
+        _with("idempotent", _done(changed=True, key_read=True), _done(changed=True, key_read=True))
+    )
+    assert warnings == [] and "changed on 2 of its executions" in violations[0].detail
 
 
 def test_an_idempotent_tool_that_read_the_key_and_applied_it_once_is_fine() -> None:

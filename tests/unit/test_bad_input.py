@@ -95,7 +95,7 @@ def test_the_longest_safe_run_id_is_accepted(store: Store) -> None:
         "sqlite:///runs.db?color=blue",
         "mysql://localhost/db",
         "file://",
-        "redis://127.0.0.1",
+        "mongodb://127.0.0.1",
     ],
 )
 def test_a_wrong_store_url_says_what_would_work(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

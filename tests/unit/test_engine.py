@@ -28,6 +28,7 @@ from unbroken import (
 )
 from unbroken.codec import MAX_RECORD_BYTES
 from unbroken.errors import LeaseLost, RunInterrupted
+from unbroken.state import Effect
 
 RUN = "engine-run"
 
@@ -161,11 +162,11 @@ def test_max_attempts_is_configurable(store: Store, driver: str, crash_at: Any) 
     ("effect", "point"), [("read_only", "tool.before_execute"), ("idempotent", "ledger.before_intent")]
 )
 def test_crashes_before_a_tool_starts_do_not_use_up_its_attempts(
-    store: Store, driver: str, crash_at: Any, effect: str, point: str
+    store: Store, driver: str, crash_at: Any, effect: Effect, point: str
 ) -> None:
     ran: list[str] = []
 
-    @tool(effect=effect)  # type: ignore[call-overload]
+    @tool(effect=effect)
     def look() -> str:
         ran.append("look")
         return "seen"

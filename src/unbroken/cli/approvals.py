@@ -35,9 +35,12 @@ def approvals_command(run_id: str, store_url: str) -> None:
     table = Table(title=f"approval requests of run {escape(run_id)}", title_justify="left")
     for column in ("call", "tool", "arguments", "status", "asked", "expires", "digest"):
         table.add_column(column, overflow="fold")
+    ids = [request.call_id for request in requests]
     for request in requests:
+        # A call id the provider repeated names no single call: show the key to decide by.
+        name = request.call_id if ids.count(request.call_id) == 1 else f"{request.call_id} (key {request.key})"
         table.add_row(
-            escape(request.call_id),
+            escape(name),
             escape(request.tool),
             escape(_arguments(request)),
             escape(request.status + (f": {request.reason}" if request.reason else "")),

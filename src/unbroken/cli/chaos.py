@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from ..testing.chaos import ChaosReport, Violation
 
 
+_SERVER_URLS = {"postgres": "postgresql://...", "redis": "redis://HOST:6379/0", "s3": "s3://BUCKET/PREFIX"}
+
+
 @main.command()
 @click.option(
     "--agent",
@@ -56,12 +59,18 @@ if TYPE_CHECKING:
     metavar="LABEL",
     help="Only kill at these crash points: LABEL, or LABEL:N for its N-th hit only (repeatable).",
 )
-@click.option("--store-kind", type=click.Choice(["sqlite", "file", "postgres"]), default="sqlite", show_default=True)
+@click.option(
+    "--store-kind",
+    type=click.Choice(["sqlite", "file", *_SERVER_URLS]),
+    default="sqlite",
+    show_default=True,
+)
 @click.option(
     "--store-url",
     default=None,
-    help="Required with --store-kind postgres: postgresql://user@host:port/db?schema=NAME. Every run of the "
-    "sweep is saved there under its own run id and deleted at the end.",
+    help="Required with --store-kind postgres, redis or s3 (postgresql://user@host:port/db?schema=NAME, "
+    "redis://host:6379/0?prefix=NAME, s3://bucket/prefix?endpoint=URL). Every run of the sweep is saved there "
+    "under its own run id and deleted at the end.",
 )
 @click.option("--per-point", default=3, show_default=True, help="Values of n tried per crash point (0: all).")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Where runs go.")
@@ -91,12 +100,12 @@ def chaos(
     from ..testing import chaos as harness
     from ._render import make_console
 
-    if store_kind == "postgres":
+    if store_kind in _SERVER_URLS:
         if not store_url:
-            raise click.UsageError("--store-kind postgres needs --store-url postgresql://...")
-        kind: str | harness.StoreKind = harness.server_kind("postgres", store_url)
+            raise click.UsageError(f"--store-kind {store_kind} needs --store-url {_SERVER_URLS[store_kind]}")
+        kind: str | harness.StoreKind = harness.server_kind(store_kind, store_url)
     elif store_url:
-        raise click.UsageError("--store-url is for --store-kind postgres")
+        raise click.UsageError("--store-url is for --store-kind postgres, redis or s3")
     else:
         kind = store_kind
     factory = harness.load_factory(agent_spec)

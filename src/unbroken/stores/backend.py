@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..codec import EncodedSave, StoredRecord, checksum, dumps
+from ..codec import EncodedSave, StoredRecord, checksum, dumps, loads
 from ..state import LedgerEntry, RunSummary
 
 Durability = Literal["memory", "process_crash", "power_loss"]
@@ -137,10 +137,15 @@ class Backend(ABC):
 
     def snapshot_seq(self, run_id: str) -> int:
         """The seq of the run's newest full snapshot record (0: none). Loading needs only it and
-        the records after it. Default: the first record (every rewrite starts with one); a
-        backend that knows its snapshot flags answers better."""
-        first = self.records_after(run_id, 0)[:1]
-        return first[0].seq if first else 0
+        the records after it. Default: reads the run's records and looks for the flag from the
+        newest back (linear in the run); a backend that stores the flag answers in one query."""
+        for record in reversed(self.records_after(run_id, 0)):
+            try:
+                if loads(record.body).get("snapshot") is True:
+                    return record.seq
+            except (ValueError, AttributeError):  # damaged: never a snapshot to start from
+                continue
+        return 0
 
     @abstractmethod
     def list_summaries(self) -> list[RunSummary]:

@@ -25,6 +25,7 @@ from ..errors import (
     LeaseHeld,
     LeaseLost,
     RunNotFound,
+    RunQueued,
     StoreUnavailable,
     TaskMismatch,
     Unsupported,
@@ -136,6 +137,13 @@ class Store(Backend):
                 f"changed. Restore the store from a backup, or delete the run",
                 last_good_seq=0,
             )
+        if "claim" in self.capabilities:
+            queued = next((item for item in self.list_submissions() if item.run_id == run_id), None)
+            if queued is not None:
+                return RunQueued(
+                    f"run {run_id!r} in {self.url} is queued (submitted, not started yet): a worker will "
+                    f"start it, or `unbroken resume {run_id} --agent ...` starts it now"
+                )
         return RunNotFound(f"no run {run_id!r} in {self.url}")
 
     # ------------------------------------------------------------------ loading

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
@@ -113,7 +114,17 @@ class SQLiteStore(Store):
 
     def _create_schema(self, conn: sqlite3.Connection, found: int) -> int:
         """Create or upgrade the schema, once, in one write transaction (only for new or old files)."""
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        # Switching a new file to WAL needs an exclusive lock and does not wait on busy_timeout: when
+        # two processes create one store at once, the loser gets "database is locked" at once. Retry.
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
         if str(mode).lower() != "wal":
             raise StoreUnavailable(f"cannot put {self.path} in WAL mode (got {mode!r})")
         schema = resources.files("unbroken.stores").joinpath("sql/sqlite_schema.sql").read_text()

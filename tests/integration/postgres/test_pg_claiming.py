@@ -76,7 +76,7 @@ def test_a_finished_run_is_not_claimed_again(store: Store) -> None:
     store.submit("t", "r1")
     agent = Agent(ScriptedModel([FINAL]), [], store, lease_ttl=0.1)
     store.claim_runnable(agent.owner, 0.1)  # as a worker does: claim under the agent's owner name
-    agent.run("t", run_id="r1")
+    agent.run("t", run_id="r1", owner=agent.owner)  # re-enters the claim, as Worker does
     time.sleep(0.2)
     assert store.load("r1").phase == "completed"
     assert store.claim_runnable("w", 30) == []

@@ -10,9 +10,9 @@ while it ran, whether the tool read the key. What chaos can tell from that:
 * ``read_only`` tool whose execution changed the run's directory: it is not read-only. Run
   more than once for one call, that is a repeated side effect: a violation. Seen only once:
   a warning (a crash at the wrong moment would repeat it).
-* ``idempotent`` tool run more than once under one key: a warning when the tool never read
-  the key (it cannot be deduplicating by it) or when two of its executions changed the
-  directory (the effect was applied again), with that evidence.
+* ``idempotent`` tool run more than once under one key: a violation when two of its
+  executions changed the directory (the effect was applied again); a warning when it only
+  never read the key (it cannot be deduplicating by it), with that evidence.
 
 What it cannot tell: effects outside the run's directory (a real service, a network call),
 changes made while another tool ran at the same time, and whether a tool is idempotent by
@@ -134,19 +134,27 @@ def judge(call: Call) -> tuple[list[Finding], list[Finding]]:
         else:
             warnings.append(Finding(call.world, call.tool, "read_only tools change nothing", text))
     elif call.effect == "idempotent" and runs > 1:
-        evidence = []
         finished = [e for e in call.executions if e.finished]
-        if finished and not any(e.key_read for e in finished):
-            evidence.append("it never read call.idempotency_key")
+        ignored = bool(finished) and not any(e.key_read for e in finished)
+        ignored_note = " (and it never read call.idempotency_key)" if ignored else ""
         if call.changes > 1:
-            evidence.append(f"{DIRECTORY} changed on {call.changes} of its executions")
-        if evidence:
+            # The effect was applied again under one key: the same repeat as a side effect's.
+            violations.append(
+                Finding(
+                    call.world,
+                    call.tool,
+                    "idempotent tools apply a key once",
+                    f"{call.tool} {call.describe()} under one key, and {DIRECTORY} changed on "
+                    f"{call.changes} of its executions{ignored_note}",
+                )
+            )
+        elif ignored:
             warnings.append(
                 Finding(
                     call.world,
                     call.tool,
                     "idempotent tools apply a key once",
-                    f"{call.tool} {call.describe()} under one key, and {' and '.join(evidence)}",
+                    f"{call.tool} {call.describe()} under one key, and it never read call.idempotency_key",
                 )
             )
     return violations, warnings

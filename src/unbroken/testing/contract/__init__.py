@@ -25,9 +25,10 @@ that acknowledged writes are there for a second store; override ``reopen(store)`
 cannot be opened that way.
 
 Every test states one behaviour in its name. The suite uses only the public ``Store`` API and
-the backend primitives (``read_head``, ``swap_head``, ``records_after``, ``list_entries``), so it
-runs unchanged on any backend. It is composed of one class per topic (records, atomicity rules
-A1-A7, damage, leases and fences, effect ledger, submit and claim, run ids), each in its own module.
+the backend primitives (``read_head``, ``swap_head``, ``records_after``, ``snapshot_seq``,
+``list_entries``), so it runs unchanged on any backend. It is composed of one class per topic
+(records, tail reads, atomicity rules A1-A7, damage, leases and fences, effect ledger, submit and
+claim, run ids), each in its own module.
 """
 
 from __future__ import annotations
@@ -40,10 +41,12 @@ from ._ledger import LedgerContract
 from ._records import RecordsContract
 from ._run_ids import RunIdContract
 from ._support import BAD_RUN_IDS, MESSAGES, RunWriter, ledger_entry
+from ._tail import TailContract
 
 
 class StoreContract(
     RecordsContract,
+    TailContract,
     AtomicityContract,
     CorruptionContract,
     LeasesContract,

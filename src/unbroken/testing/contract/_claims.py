@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ...errors import TaskMismatch, Unsupported
+from ...errors import RunNotFound, RunQueued, TaskMismatch, Unsupported
 from ...state import RunSummary
 from ...stores.base import ClaimedRun, Store
 from ._base import ContractBase
@@ -44,6 +44,17 @@ class ClaimContract(ContractBase):
 
         assert first == second == "run-twice"
         assert [s.run_id for s in store.list_submissions()] == ["run-twice"]
+
+    def test_loading_a_queued_run_says_it_is_queued_not_missing(self, store: Store) -> None:
+        if not _claims(store):
+            return
+        store.submit("write the report", "run-queued")
+
+        with pytest.raises(RunQueued, match="queued"):
+            store.load("run-queued")
+        with pytest.raises(RunNotFound) as missing:
+            store.load("run-never-submitted")
+        assert not isinstance(missing.value, RunQueued)
 
     def test_submit_of_another_task_under_a_queued_run_id_raises_task_mismatch(self, store: Store) -> None:
         if not _claims(store):
