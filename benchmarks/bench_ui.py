@@ -6,7 +6,8 @@ Builds a run of ``--turns`` workload turns (~2.4 KB each, two save points per tu
 compacted: the worst case, every record is read) in a SQLite store, starts ``unbroken ui`` on
 it as a user would (a child process), and measures:
 
-* **cold**: the first load after the server started (it decodes the whole run): the page's
+* **cold**: the first load after the server started (it reads the run's tail, last save points
+  and last messages from the store: ``unbroken.paging``): the page's
   HTML, JavaScript and CSS and its data request (``/api/runs/ID``), one after the other;
 * **warm**: the same requests again (the decoded run is cached until the next save point);
 * **browser**: with Debian's headless Chromium (when installed), from navigation start until
@@ -103,8 +104,8 @@ def run(turns: int, repeats: int, say: object = print) -> list[Row]:
 
 
 def run_list(runs: int, say: object = print) -> list[Row]:
-    """The runs list over ``runs`` runs: the first page (reads the store's whole list), the
-    next pages (keyset, from the server's copy) and a filtered page."""
+    """The runs list over ``runs`` runs: the first page and the next (each one
+    ``store.summaries_page``, keyset cursor) and a filtered page (scans up to ``SCAN_ROWS``)."""
     from unbroken import open_store
     from unbroken.codec import encode_full
     from unbroken.state import Phase, RunState
@@ -120,25 +121,44 @@ def run_list(runs: int, say: object = print) -> list[Row]:
                 state = RunState(run_id=f"run-{n:06d}", task=f"ticket {n}", phase=phase, save_seq=1, turns=n % 50)
                 store.append(encode_full(state, "start"), expect_seq=0)
         timings: dict[str, list[float]] = {
-            "first page (server just started: reads the whole list)": [],
-            "next page (keyset, from the server's copy)": [],
-            "needs-attention filter (scans the copy)": [],
+            "first page (server just started; one summaries_page)": [],
+            "next page (summaries_page after the cursor)": [],
+            "needs-attention filter (scans up to 10,000 summaries)": [],
         }
+        from unbroken import ops
+
+        with open_store(url) as store:  # the same first page, in process: before and after issue 16
+            timings["in process, before: every summary read and sorted (list_all_runs)"] = []
+            timings["in process, after: store.summaries_page(None, 51)"] = []
+            for _ in range(3):
+                started = time.perf_counter()
+                listed = ops.list_all_runs(store)
+                sorted(listed, key=lambda run: (getattr(run, "updated_at", 0.0), run.run_id), reverse=True)[:51]
+                timings["in process, before: every summary read and sorted (list_all_runs)"].append(
+                    (time.perf_counter() - started) * 1000
+                )
+                started = time.perf_counter()
+                store.summaries_page(None, 51)
+                timings["in process, after: store.summaries_page(None, 51)"].append(
+                    (time.perf_counter() - started) * 1000
+                )
         for _ in range(3):
             server = start_server(url, actions=False)
             try:
                 started = time.perf_counter()
                 with urllib.request.urlopen(server.base + "/api/runs", timeout=120) as response:
                     cursor = json.loads(response.read())["next"]
-                timings["first page (server just started: reads the whole list)"].append(
+                timings["first page (server just started; one summaries_page)"].append(
                     (time.perf_counter() - started) * 1000
                 )
                 started = time.perf_counter()
                 _get(server, f"/api/runs?after={cursor}")
-                timings["next page (keyset, from the server's copy)"].append((time.perf_counter() - started) * 1000)
+                timings["next page (summaries_page after the cursor)"].append((time.perf_counter() - started) * 1000)
                 started = time.perf_counter()
                 _get(server, "/api/runs?attention=1")
-                timings["needs-attention filter (scans the copy)"].append((time.perf_counter() - started) * 1000)
+                timings["needs-attention filter (scans up to 10,000 summaries)"].append(
+                    (time.perf_counter() - started) * 1000
+                )
             finally:
                 server.stop()
     for what, took in timings.items():

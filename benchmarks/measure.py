@@ -56,10 +56,17 @@ def files_bytes(paths: list[Path]) -> int:
 def fresh_process_seconds(snippet: str, env: dict[str, str] | None = None) -> float:
     """Run ``snippet`` in a new interpreter. The snippet must set ``elapsed`` (seconds) for the
     part it measures (so interpreter start-up and imports are left out) and may set ``check``."""
+    return fresh_process_figures(snippet, env)["elapsed"]
+
+
+def fresh_process_figures(snippet: str, env: dict[str, str] | None = None) -> dict[str, float]:
+    """``fresh_process_seconds`` for a snippet that times several parts: ``elapsed`` plus each
+    entry of the dict ``figures`` it may set (name: seconds)."""
     code = (
         "import json as _json, sys as _sys, time as _time\n"
         + snippet
-        + "\n_sys.stdout.write(_json.dumps({'elapsed': elapsed, 'check': globals().get('check')}))\n"
+        + "\n_sys.stdout.write(_json.dumps({'elapsed': elapsed, 'check': globals().get('check'), "
+        "'figures': globals().get('figures') or {}}))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -70,13 +77,23 @@ def fresh_process_seconds(snippet: str, env: dict[str, str] | None = None) -> fl
     )
     if done.returncode != 0:
         raise RuntimeError(f"fresh-process measurement failed:\n{done.stderr.strip()[-2000:]}")
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["elapsed"])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"elapsed": float(out["elapsed"]), **{name: float(value) for name, value in out["figures"].items()}}
 
 
 def interleaved_medians(snippets: dict[str, str], repeats: int) -> dict[str, float]:
     """Median fresh-process time of each snippet, alternating them so machine noise hits all alike."""
-    times: dict[str, list[float]] = {name: [] for name in snippets}
+    return {name: figures["elapsed"] for name, figures in interleaved_figures(snippets, repeats).items()}
+
+
+def interleaved_figures(snippets: dict[str, str], repeats: int) -> dict[str, dict[str, float]]:
+    """``interleaved_medians`` of every figure a snippet times (``elapsed`` and its ``figures``)."""
+    times: dict[str, dict[str, list[float]]] = {name: {} for name in snippets}
     for _ in range(repeats):
         for name, snippet in snippets.items():
-            times[name].append(fresh_process_seconds(snippet))
-    return {name: statistics.median(values) for name, values in times.items()}
+            for figure, seconds in fresh_process_figures(snippet).items():
+                times[name].setdefault(figure, []).append(seconds)
+    return {
+        name: {figure: statistics.median(values) for figure, values in figures.items()}
+        for name, figures in times.items()
+    }

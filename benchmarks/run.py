@@ -137,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     print(_header(turns_list, repeats, elapsed))
     print()
     print(report.main_table(results.rows, results.raw))
+    print(
+        "\nload ms: the run loaded in a fresh process whose store is already open (unbroken rows; the "
+        "peers' rows include their sqlite3.connect). store open ms: opening that store just before "
+        "(driver import, connect, schema check), which a fresh run pays as well: shown, not counted "
+        "in load / json.loads."
+    )
     if results.crash:
         print("\nCost of a crash (issue 12 goal 1, issue 16 goal 1):\n")
         print(report.crash_table(results.crash))
@@ -220,6 +226,7 @@ def _stores(
                 result.resume_seconds,
                 json_seconds,
                 result.floor,
+                result.open_seconds,
             )
         )
         shutil.rmtree(workdir)
@@ -298,6 +305,7 @@ def _write_json(path: Path, results: Results, verdicts: list[str]) -> None:
                 "turns": row.turns,
                 "saves": saves(row.saves),
                 "disk_bytes": row.disk_bytes,
+                "open_seconds": row.open_seconds,
                 "load_seconds": row.resume_seconds,
                 "json_loads_seconds": row.json_seconds,
             }

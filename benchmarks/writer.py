@@ -21,7 +21,8 @@ from unbroken import open_store
 from unbroken.codec import Encoder
 from unbroken.model import add_usage
 from unbroken.providers.scripted import ScriptedModel
-from unbroken.state import RunState, ToolCall, ToolResult, idempotency_key
+from unbroken.session import HISTORY_CHECK_STEP
+from unbroken.state import RunState, ToolCall, ToolResult, occurrence_key
 from unbroken.stores.base import Store
 
 CACHE = Path(__file__).resolve().parent / ".cache"
@@ -67,13 +68,18 @@ def write_turns(store: Store, run_id: str, turns: int, *, compaction: bool = Fal
     save("start", force=True)
     started = time.monotonic()
     for turn in range(turns):
+        # The runner checks the history for unanswered calls before each model request and
+        # keeps how far in the state (``RunSession._checked``); so does the writer.
+        if len(state.messages) - state.history_checked >= HISTORY_CHECK_STEP:
+            state.history_checked = len(state.messages)
         usage = workload.usage(turn)
         state.turns += 1
         state.tokens_used += sum(usage.values())
         state.usage = add_usage(state.usage, usage)
         state.messages.append(workload.assistant_message(turn))
         call_id = workload.call_id(turn)
-        call = ToolCall(call_id, workload.TOOL_NAME, workload.tool_input(turn), idempotency_key(run_id, call_id))
+        key = occurrence_key(run_id, state.save_seq + 1, 0, call_id)  # as the engine keys it (save A, position 0)
+        call = ToolCall(call_id, workload.TOOL_NAME, workload.tool_input(turn), key)
         state.pending_calls, state.results, state.resolutions = [call], {}, {}
         state.phase = "running_tools"
         save("model_turn")

@@ -173,8 +173,11 @@ def _still_valid(session: RunSession, record: dict[str, JSONValue], call: ToolCa
 
 def pending_approvals(store: Store, run_id: str) -> list[ApprovalRequest]:
     """Every approval request of the run's current turn (open and decided), in call order.
-    Reads only."""
-    state = store.decode(check_run_id(run_id)).state
+    Reads only: the run's tail (its newest snapshot and the deltas after it, where the current
+    turn's calls are), never its whole history; damage there raises as ``store.load`` would."""
+    from .paging import read_tail
+
+    state = read_tail(store, check_run_id(run_id)).state
     approvals = state.approvals or {}
     return [
         ApprovalRequest.of(run_id, call, approvals[call.idempotency_key])
@@ -202,7 +205,9 @@ def decide(
         raise ConfigError("a denial needs a reason: the model is told it")
     lease = acquire(store, run_id, make_owner(), 30.0)
     try:
-        state = store.decode(run_id).state
+        from .paging import read_tail
+
+        state = read_tail(store, run_id).state  # the tail: the open requests are in its small fields
         encoder = Encoder()
         encoder.prime(state)  # what the store holds: the save below writes only what changes
         call, record = _open_request(state, call_id)

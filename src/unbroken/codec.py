@@ -20,14 +20,24 @@ import gc
 import json
 import math
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from .errors import CorruptCheckpoint, IncompatibleSchema, NotJSONValue
-from .state import PHASES, SCHEMA_VERSION, JSONValue, LedgerEntry, RunState, RunSummary, SaveInfo
+from .state import (
+    PHASES,
+    SCHEMA_VERSION,
+    JSONValue,
+    LedgerEntry,
+    RunState,
+    RunSummary,
+    SaveInfo,
+    ToolCall,
+    occurrence_key,
+)
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """A single save record larger than this is refused before it is parsed."""
@@ -153,10 +163,11 @@ class EncodedSave:
     ledger: tuple[LedgerEntry, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs 2.7x to build, ~8 ms per 20,000 records read
 class StoredRecord:
     """A save record as a store returns it. ``body`` is the text the store was given, or its
-    UTF-8 bytes when a store's raw read path spares the decode (``Store.read_raw_records``)."""
+    UTF-8 bytes when a store's raw read path spares the decode (``Store.read_raw_records``).
+    Treat it as read-only."""
 
     seq: int
     body: str | bytes
@@ -227,6 +238,7 @@ class Encoder:
         self._saved_messages = 0
         self._since_snapshot = 0
         self._pending: dict[str, str] | None = None
+        self._call_paths: dict[int, tuple[list[int | str], str]] = {}  # where each call's input was last found
 
     def _field_texts(self, state: RunState, previous: dict[str, str] | None = None) -> dict[str, str]:
         # Runs at every save over ~20 fields, mostly scalars: the scalar branches give the
@@ -235,7 +247,10 @@ class Encoder:
         # walked by ``ensure_json`` (which also refuses tuples and non-str keys, and names the
         # path) only when their text differs from the saved one: unchanged text writes nothing.
         texts: dict[str, str] = {}
-        for key, value in state.small_fields().items():
+        fields = state.small_fields()
+        if state.schema_version >= 2:  # derived by the reader: not compared, not written
+            del fields["save_seq"], fields["message_count"]
+        for key, value in fields.items():
             kind = type(value)
             if kind is str:
                 texts[key] = _encode_str(value)
@@ -297,17 +312,22 @@ class Encoder:
             or previous is None
             or self._since_snapshot + 1 >= self.snapshot_every
             or (previous.get("phase") != texts["phase"] and state.phase in _BOUNDARY_PHASES)
+            or _field_went_away(previous, texts)  # a delta cannot say so
         )
-        if snapshot or previous is None:
-            changed = texts
-        else:
-            changed = {key: text for key, text in texts.items() if previous.get(key) != text}
-        fields_text = ",".join(f"{_encode_str(key)}:{text}" for key, text in changed.items())
-        body = (
-            f'{{"v":{int(state.schema_version)},"seq":{int(state.save_seq)},"label":{_dumps(label)},'
-            f'"snapshot":{"true" if snapshot else "false"},"msg_start":{self._saved_messages},'
-            f'"messages":{messages_text},"fields":{{{fields_text}}}}}'
-        )
+        version = int(state.schema_version)
+        if version >= 2:
+            body = self._body_v2(state, label, snapshot, texts, new_messages, messages_text)
+        else:  # the version 1 layout, for states still at schema 1 (and 0)
+            if snapshot or previous is None:
+                changed = texts
+            else:
+                changed = {key: text for key, text in texts.items() if previous.get(key) != text}
+            fields_text = ",".join(f"{_encode_str(key)}:{text}" for key, text in changed.items())
+            body = (
+                f'{{"v":{version},"seq":{int(state.save_seq)},"label":{_text(label)},'
+                f'"snapshot":{"true" if snapshot else "false"},"msg_start":{self._saved_messages},'
+                f'"messages":{messages_text},"fields":{{{fields_text}}}}}'
+            )
         self._pending = texts
         return EncodedSave(
             run_id=state.run_id,
@@ -320,6 +340,32 @@ class Encoder:
             ledger=tuple(ledger),
         )
 
+    def _body_v2(
+        self,
+        state: RunState,
+        label: str,
+        snapshot: bool,
+        texts: dict[str, str],
+        new_messages: list[JSONValue],
+        messages_text: str,
+    ) -> str:
+        """A version 2 record: no ``"snapshot":false``, no fields the reader derives (``save_seq``,
+        ``message_count``), and pending calls that refer to their tool-use block in the record's
+        own messages instead of repeating it (``_calls_text``)."""
+        parts = []
+        previous = None if snapshot else self._saved_fields
+        for key, text in texts.items():
+            if previous is not None and previous.get(key) == text:
+                continue
+            if key == "pending_calls" and text != "[]":
+                text = _calls_text(state, new_messages, self._call_paths)
+            parts.append(f"{_KEY_TEXTS.get(key) or _encode_str(key) + ':'}{text}")
+        return (
+            f'{{"v":{int(state.schema_version)},"seq":{int(state.save_seq)},"label":{_text(label)},'
+            f'{_SNAPSHOT_TRUE if snapshot else ""}"msg_start":{self._saved_messages},'
+            f'"messages":{messages_text},"fields":{{{",".join(parts)}}}}}'
+        )
+
     def committed(self, state: RunState, encoded: EncodedSave) -> None:
         """Call once the store has durably written ``encoded``."""
         self._saved_fields = self._pending if self._pending is not None else self._field_texts(state)
@@ -328,8 +374,243 @@ class Encoder:
         self._since_snapshot = 0 if encoded.snapshot else self._since_snapshot + 1
 
 
+# --------------------------------------------------------------------------- version 2 pending calls
+
+_SNAPSHOT_TRUE = '"snapshot":true,'
+_KEY_TEXTS = {
+    key: f"{_encode_str(key)}:"
+    for key in (*RunState(run_id="-", task="").small_fields(), "approvals", "conversation", "history_checked")
+}
+_CALL_KEYS = ("id", "name", "input")
+
+
+def _text(value: JSONValue) -> str:
+    return _encode_str(value) if type(value) is str else _dumps(value)
+
+
+def _calls_text(state: RunState, new_messages: list[JSONValue], hints: dict[int, tuple[list[int | str], str]]) -> str:
+    """The version 2 text of ``pending_calls``. An entry holds only what the reader cannot find
+    elsewhere: ``"at"`` is the path (list indices and object keys) into this record's
+    ``messages`` of an object whose ``input`` is the call's input (and whose ``id`` / ``name``,
+    when equal, are the call's); ``idempotency_key`` is left out when it is
+    ``occurrence_key(run_id, seq, position, id)`` of this very record. ``hints``: where the input
+    of the call at each position was found last time, tried first (a turn is usually laid out
+    like the one before it); the walk in document order is the fallback."""
+    items = []
+    seq, run_id = int(state.save_seq), state.run_id
+    for position, call in enumerate(state.pending_calls):
+        call_id, name = call.id, call.name
+        holder, hint = None, hints.get(position)
+        if call.error is None and type(call.input) is dict and call.input:
+            holder = _try_path(new_messages, call, hint[0]) if hint is not None else None
+            if holder is None:
+                found = _find_input(new_messages, call)
+                if found is not None:
+                    holder, hint = found[1], (found[0], _orjson_dumps(found[0]).decode())
+                    hints[position] = hint
+        if holder is None or hint is None:
+            text = f'"id":{_text(call_id)},"name":{_text(name)},"input":{_dumps(call.input)}'
+        else:
+            text = f'"at":{hint[1]}'
+            if not (type(call_id) is str and holder.get("id") == call_id and type(holder["id"]) is str):
+                text += f',"id":{_text(call_id)}'
+            if not (type(name) is str and holder.get("name") == name and type(holder["name"]) is str):
+                text += f',"name":{_text(name)}'
+        key = call.idempotency_key
+        if type(call_id) is not str or key != occurrence_key(run_id, seq, position, call_id):
+            text += f',"idempotency_key":{_text(key)}'
+        if call.error is not None:
+            text += f',"error":{_text(call.error)}'
+        items.append(text)
+    return "[{" + "},{".join(items) + "}]" if items else "[]"
+
+
+_MISSING = object()
+
+
+def _json_bytes(value: object) -> bytes | None:
+    try:
+        return _orjson_dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+
+
+def _try_path(messages: list[JSONValue], call: ToolCall, path: list[int | str]) -> dict[str, Any] | None:
+    """The object at ``path`` if it holds the call's input and id (else None)."""
+    node: Any = messages
+    try:  # (a path this encoder found before: list indices and object keys, none negative)
+        for step in path:
+            node = node[step]
+    except (LookupError, TypeError):
+        return None
+    if type(node) is not dict or node.get("id") != call.id:
+        return None
+    value = node.get("input")
+    if value is call.input or (type(value) is dict and value == call.input and _same_text(value, call.input)):
+        return node
+    return None
+
+
+def _same_text(a: object, b: object) -> bool:
+    first = _json_bytes(a)
+    return first is not None and first == _json_bytes(b)
+
+
+_OPTIONAL_FIELDS = ("approvals", "conversation", "history_checked")
+"""The small fields ``RunState.small_fields`` leaves out when unset (tests/unit/test_codec_v2.py
+checks this list)."""
+
+
+def _field_went_away(previous: dict[str, str], texts: dict[str, str]) -> bool:
+    for key in _OPTIONAL_FIELDS:  # noqa: SIM110 (a loop: any() over a generator is slower here)
+        if key in previous and key not in texts:
+            return True
+    return False
+
+
+def _find_input(messages: list[JSONValue], call: ToolCall) -> tuple[list[int | str], dict[str, Any]] | None:
+    """Where, in ``messages``, an object holds ``call.input`` under ``"input"`` (the same object, or
+    one with the same JSON text: Python's == also says 1 == 1.0 == True): its path and the object.
+    The first in document order whose ``id`` is the call's, else the first."""
+    search = _InputSearch(call)
+    path: list[int | str] = []
+    found = search.visit(messages, path)
+    return found if found is not None else search.first
+
+
+class _InputSearch:
+    __slots__ = ("call_id", "first", "target", "wanted")
+
+    def __init__(self, call: ToolCall) -> None:
+        self.target, self.call_id = call.input, call.id
+        self.wanted: bytes | None = None
+        self.first: tuple[list[int | str], dict[str, Any]] | None = None
+
+    def visit(self, node: Any, path: list[int | str]) -> tuple[list[int | str], dict[str, Any]] | None:
+        if type(node) is dict:
+            if "input" in node:
+                value = node["input"]
+                if (value is self.target or (type(value) is dict and value == self.target)) and self._same(value):
+                    if node.get("id") == self.call_id:
+                        return list(path), node
+                    if self.first is None:
+                        self.first = (list(path), node)
+            pairs: Iterable[tuple[int | str, Any]] = node.items()
+        else:
+            pairs = enumerate(node)
+        for step, child in pairs:
+            kind = type(child)
+            if kind is dict or kind is list:
+                path.append(step)
+                found = self.visit(child, path)
+                if found is not None:
+                    return found
+                path.pop()
+        return None
+
+    def _same(self, value: Any) -> bool:
+        if value is self.target:
+            return True
+        if self.wanted is None:
+            self.wanted = _json_bytes(self.target)
+        return self.wanted is not None and _json_bytes(value) == self.wanted
+
+
+def _expand_calls(entries: object, record: dict[str, Any], run_id: object) -> list[dict[str, JSONValue]]:
+    """A version 2 record's ``pending_calls`` in full (``ToolCall.to_json`` form)."""
+    if type(entries) is not list:
+        raise ValueError("pending_calls is not a list")
+    calls = []
+    for position, entry in enumerate(entries):
+        if type(entry) is not dict:
+            raise ValueError(f"pending call {position} is not an object")
+        holder: Any = {}
+        if "at" in entry:
+            holder = _walk(record["messages"], entry["at"], position)
+        call: dict[str, JSONValue] = {}
+        for key in _CALL_KEYS:
+            if key in entry:
+                call[key] = entry[key]
+            elif key in holder:
+                value = holder[key]
+                call[key] = dict(value) if type(value) is dict else value
+            else:
+                raise ValueError(f"pending call {position} of record {record['seq']} has no {key}")
+        if "idempotency_key" in entry:
+            call["idempotency_key"] = entry["idempotency_key"]
+        elif type(call["id"]) is str and type(run_id) is str:
+            call["idempotency_key"] = occurrence_key(run_id, record["seq"], position, call["id"])
+        else:
+            raise ValueError(f"pending call {position} of record {record['seq']} has no idempotency_key")
+        if "error" in entry:
+            call["error"] = entry["error"]
+        calls.append(call)
+    return calls
+
+
+def _place(messages: JSONValue, path: list[Any]) -> Any:
+    """The value at ``path`` (list indices and object keys) in ``messages``, or ``_MISSING``."""
+    node = messages
+    for step in path:
+        in_list = type(step) is int and type(node) is list and 0 <= step < len(node)
+        if in_list or (type(step) is str and type(node) is dict and step in node):
+            node = node[step]
+        else:
+            return _MISSING
+    return node
+
+
+def _walk(messages: JSONValue, path: object, position: int) -> dict[str, Any]:
+    if type(path) is not list:
+        raise ValueError(f"pending call {position}: 'at' is not a list")
+    node = _place(messages, path)
+    if node is _MISSING:
+        raise ValueError(f"pending call {position}: 'at' {path!r} is not a place in the record's messages")
+    if type(node) is not dict:
+        raise ValueError(f"pending call {position}: 'at' {path!r} is not an object")
+    return node
+
+
+def is_snapshot(record: dict[str, Any]) -> bool:
+    """Whether a parsed save record holds every small field (version 2 leaves out ``false``)."""
+    return bool(record.get("snapshot", False))
+
+
+def save_info(record: dict[str, Any], fields: dict[str, Any]) -> SaveInfo:
+    """The timeline row of a parsed ``record``, given the small fields folded through it."""
+    return SaveInfo(
+        seq=record["seq"],
+        label=record["label"],
+        phase=fields.get("phase", "?"),
+        turns=fields.get("turns", 0),
+        tokens_used=fields.get("tokens_used", 0),
+        messages_added=len(record["messages"]),
+        at=fields.get("updated_at", 0.0),
+        snapshot=is_snapshot(record),
+    )
+
+
+def fold_fields(fields: dict[str, JSONValue] | None, record: dict[str, Any]) -> dict[str, JSONValue]:
+    """The small fields after ``record`` (parsed and checked), given those before it (None: none
+    yet): a snapshot replaces them, a delta updates them. Version 2 records are completed with what
+    they leave out (``save_seq``, ``message_count``, pending calls in full), so the result has the
+    shape ``RunState.from_parts`` takes, for every version. A new dict; the record is not changed.
+    Raises ``ValueError`` (or ``KeyError``/``TypeError``) for a record that cannot be folded."""
+    own = record["fields"]
+    folded = dict(own) if fields is None or is_snapshot(record) else {**fields, **own}
+    if record["v"] >= 2:
+        folded["save_seq"] = record["seq"]
+        folded["message_count"] = record["msg_start"] + len(record["messages"])
+        if "pending_calls" in own:
+            folded["pending_calls"] = _expand_calls(own["pending_calls"], record, folded.get("run_id"))
+    return folded
+
+
 def summary_of(state: RunState) -> RunSummary:
-    return RunSummary(
+    # Made at every save: the frozen dataclass's __init__ sets each field through
+    # object.__setattr__; filling its __dict__ at once makes the same object, 4x faster.
+    summary = _new_summary(RunSummary)
+    summary.__dict__.update(
         run_id=state.run_id,
         task=state.task,
         phase=state.phase,
@@ -338,6 +619,10 @@ def summary_of(state: RunState) -> RunSummary:
         save_seq=state.save_seq,
         updated_at=state.updated_at,
     )
+    return summary
+
+
+_new_summary = object.__new__
 
 
 def encode_full(state: RunState, label: str) -> EncodedSave:
@@ -376,6 +661,10 @@ class Migrations:
             )
         while version < self.current:
             step = self.steps.get(version)
+            if step is None and version in LAYOUT_ONLY:
+                version = LAYOUT_ONLY[version]  # the same meaning: nothing to change
+                run["fields"]["schema_version"] = version
+                continue
             if step is None:
                 raise IncompatibleSchema(
                     f"run {run_id!r} has checkpoint schema {version} and no migration to {version + 1} "
@@ -388,7 +677,25 @@ class Migrations:
 
 
 MIGRATIONS = Migrations()
-"""unbroken's own format migrations (none yet: schema 1 is the first)."""
+"""unbroken's own format migrations (none registered: 1 -> 2 changed only the layout)."""
+
+LAYOUT_ONLY = {1: 2}
+"""Schema versions whose step to the next changed only how records are written, not what they
+mean (1 -> 2: fewer repeated bytes, docs/format.md). Their records are read as they are, beside
+newer ones in the same run, and are never rewritten for it."""
+
+
+def _read_natively_as(version: int, migrations: Migrations) -> int:
+    """The version whose meaning records at ``version`` have, for deciding on migrations."""
+    while version in LAYOUT_ONLY and LAYOUT_ONLY[version] <= migrations.current and version not in migrations.steps:
+        version = LAYOUT_ONLY[version]
+    return version
+
+
+def reads_natively(version: int, migrations: Migrations = MIGRATIONS) -> bool:
+    """Whether records at ``version`` are read without a migration (the current version and those
+    that differ from it only in layout); others go through the whole-run decode."""
+    return _read_natively_as(version, migrations) == migrations.current
 
 
 # --------------------------------------------------------------------------- decoding
@@ -419,19 +726,8 @@ class Decoded:
             fields: dict[str, Any] = {}
             timeline = []
             for record in self.records:
-                fields = dict(record["fields"]) if record["snapshot"] else {**fields, **record["fields"]}
-                timeline.append(
-                    SaveInfo(
-                        seq=record["seq"],
-                        label=record["label"],
-                        phase=fields.get("phase", "?"),
-                        turns=fields.get("turns", 0),
-                        tokens_used=fields.get("tokens_used", 0),
-                        messages_added=len(record["messages"]),
-                        at=fields.get("updated_at", 0.0),
-                        snapshot=bool(record["snapshot"]),
-                    )
-                )
+                fields = dict(record["fields"]) if is_snapshot(record) else {**fields, **record["fields"]}
+                timeline.append(save_info(record, fields))
             self._timeline = timeline
         return self._timeline
 
@@ -510,10 +806,13 @@ def decode(
     recover: bool = False,
     migrations: Migrations = MIGRATIONS,
     fallback: Callable[[], Iterable[StoredRecord]] | None = None,
+    keep_records: bool = True,
 ) -> Decoded:
     """Fold a run's records (in seq order) into its state. ``records`` may be packed (one
     buffer); when the packed buffer does not check out, ``fallback`` (if given) reads the
-    records one by one and those are judged instead.
+    records one by one and those are judged instead. ``keep_records=False``: each record is
+    folded as it is parsed and let go (faster, less memory); ``Decoded.records`` is then empty
+    (no timeline): for a resume, which needs only the state.
 
     With ``recover=False`` any damaged record raises ``CorruptCheckpoint``; with ``recover=True``
     the state is that of the last intact save point before the first damaged record, and
@@ -526,7 +825,7 @@ def decode(
     if paused:
         gc.disable()
     try:
-        return _decode(run_id, records, recover, migrations, fallback)
+        return _decode(run_id, records, recover, migrations, fallback, keep_records)
     finally:
         if paused:
             # Everything parsed sits in the youngest generation, so the first collection after
@@ -544,27 +843,81 @@ def _decode(
     recover: bool,
     migrations: Migrations,
     fallback: Callable[[], Iterable[StoredRecord]] | None,
+    keep_records: bool = True,
 ) -> Decoded:
-    parsed: list[dict[str, JSONValue]] = []
-    problem: str | None = None
-    corrupt_seq: int | None = None
+    fast: list[dict[str, JSONValue]] | None = None
     records: Iterable[StoredRecord]
     if isinstance(source, PackedRecords):
         fast = source.parse(migrations.current)
-        if fast is not None:
-            parsed = fast
         # Damage somewhere (or an unexpected order): judge record by record, from the store's
         # ordered read when it gave one, so a misordered buffer is never taken for damage.
         reread = fallback if fallback is not None else source.records
         records = reread() if fast is None else ()
     else:
         records = source
-    # Record by record, as the store hands them over: each body is checked, parsed and let go,
-    # so a store that streams its records (SQLite) never holds the run's bytes beside the parsed
-    # state. (With orjson this is as fast as one parse of all bodies joined.)
+    outcome = _Parsing()
+    if fast is not None:
+        outcome.count, outcome.last_seq = len(fast), (fast[-1]["seq"] if fast else 0)
+    if keep_records:
+        parsed = fast if fast is not None else list(_parse_each(run_id, records, migrations.current, outcome))
+        outcome.check(run_id, recover)
+        try:
+            return _fold(run_id, parsed, outcome, migrations, parsed)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise _not_folding(run_id, exc) from exc
+    # Each record folded as it is parsed and then let go (a resume needs no list of them): the
+    # checks are the same; damage found after a record that does not fold is reported as that.
+    stream = fast if fast is not None else _parse_each(run_id, records, migrations.current, outcome)
+    try:
+        return _fold(run_id, stream, outcome, migrations, None, recover)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise _not_folding(run_id, exc) from exc
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+
+
+class _Parsing:
+    """What the record-by-record parse found: the first damage, the last intact seq."""
+
+    __slots__ = ("corrupt_seq", "count", "last_seq", "problem")
+
+    def __init__(self) -> None:
+        self.problem: str | None = None
+        self.corrupt_seq: int | None = None
+        self.last_seq = 0
+        self.count = 0
+
+    def check(self, run_id: str, recover: bool) -> None:
+        """Raise for damage (unless recovering) or for a run without one intact record."""
+        if self.problem is not None and not recover:
+            raise CorruptCheckpoint(
+                f"{self.problem}; the last intact save point is {self.last_seq}. Load with recover=True (or "
+                "`unbroken resume`) to continue from it; nothing was changed",
+                last_good_seq=self.last_seq,
+            )
+        if not self.count:
+            raise CorruptCheckpoint(self.problem or f"run {run_id!r} has no save records", last_good_seq=0)
+
+
+def _not_folding(run_id: str, exc: Exception) -> CorruptCheckpoint:
+    return CorruptCheckpoint(
+        f"run {run_id!r} does not fold into a valid state ({type(exc).__name__}: {exc}); nothing was changed",
+        last_good_seq=None,
+    )
+
+
+def _parse_each(
+    run_id: str, records: Iterable[StoredRecord], current: int, outcome: _Parsing
+) -> Iterator[dict[str, JSONValue]]:
+    """The records parsed and checked, one by one, up to the first damaged one (noted in
+    ``outcome``). Record by record, as the store hands them over: each body is checked, parsed
+    and let go, so a store that streams its records (SQLite) never holds the run's bytes beside
+    the parsed state. (With orjson this is as fast as one parse of all bodies joined.)"""
     iterator = iter(records)
     expected: int | None = None
-    current, crc, append = migrations.current, zlib.crc32, parsed.append
+    crc = zlib.crc32
     try:
         for record in iterator:
             seq, body = record.seq, record.body
@@ -593,65 +946,72 @@ def _decode(
                     if expected is not None and seq != expected:
                         raise ValueError(f"record {expected} is missing")
                     value = _parse_one(record, current)
-                append(value)
             except ValueError as exc:
-                corrupt_seq = seq
-                problem = f"save record {seq} of run {run_id!r} is damaged: {exc}"
-                break
+                outcome.corrupt_seq = seq
+                outcome.problem = f"save record {seq} of run {run_id!r} is damaged: {exc}"
+                return
+            outcome.last_seq = seq
+            outcome.count += 1
+            yield value
             expected = seq + 1
     finally:
         close = getattr(iterator, "close", None)  # a store's generator: end its read now
         if close is not None:
             close()
-    last_good = parsed[-1]["seq"] if parsed else 0
-    if problem is not None and not recover:
-        raise CorruptCheckpoint(
-            f"{problem}; the last intact save point is {last_good}. Load with recover=True (or "
-            "`unbroken resume`) to continue from it; nothing was changed",
-            last_good_seq=last_good,
-        )
-    if not parsed:
-        raise CorruptCheckpoint(problem or f"run {run_id!r} has no save records", last_good_seq=0)
-    try:
-        return _fold(run_id, parsed, corrupt_seq, problem, migrations)
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise CorruptCheckpoint(
-            f"run {run_id!r} does not fold into a valid state ({type(exc).__name__}: {exc}); nothing was changed",
-            last_good_seq=None,
-        ) from exc
 
 
 def _fold(
     run_id: str,
-    parsed: list[dict[str, JSONValue]],
-    corrupt_seq: int | None,
-    problem: str | None,
+    parsed: Iterable[dict[str, JSONValue]],
+    outcome: _Parsing,
     migrations: Migrations,
+    kept: list[dict[str, JSONValue]] | None,
+    recover: bool | None = None,
 ) -> Decoded:
+    """Fold parsed records. ``recover`` given: ``parsed`` is still being parsed, and the damage
+    check (``outcome.check``) is made once it is used up."""
     messages: list[JSONValue] = []
     fields: dict[str, JSONValue] = {}
     oldest = migrations.current
-    if not parsed[0]["snapshot"]:
-        raise ValueError("the first record is not a snapshot")
+    calls_from: dict[str, Any] | None = None  # the record that wrote the newest pending_calls
+    last: dict[str, Any] | None = None
     for record in parsed:
         version = record["v"]
-        oldest = min(oldest, version)
+        if last is None and not (record["snapshot"] if version < 2 else is_snapshot(record)):
+            raise ValueError("the first record is not a snapshot")
+        last = record
         if record["msg_start"] != len(messages):
             raise ValueError(
                 f"record {record['seq']} starts at message {record['msg_start']}, expected {len(messages)}"
             )
-        added = record["messages"]
-        messages.extend(added)
-        if record["snapshot"]:
-            fields = dict(record["fields"])
+        messages.extend(record["messages"])
+        own = record["fields"]
+        if version < oldest:
+            oldest = version
+        # Version 1 records always say whether they are a snapshot; version 2 ones only when so.
+        if record["snapshot"] if version < 2 else record.get("snapshot", False):
+            fields = dict(own)
         else:
-            fields.update(record["fields"])
+            fields.update(own)
+        if "pending_calls" in own:
+            calls_from = record
+    if recover is not None:
+        outcome.check(run_id, recover)
+    assert last is not None  # (outcome.check: at least one record)
+    if last["v"] >= 2:
+        # What version 2 leaves out is derived once, from the last record, not per record: the
+        # msg_start chain and the unbroken seq have already checked every record's place.
+        fields["save_seq"] = last["seq"]
+        fields["message_count"] = len(messages)
+    if calls_from is not None and calls_from["v"] >= 2:
+        fields["pending_calls"] = _expand_calls(fields["pending_calls"], calls_from, run_id)
     validate_fields(fields)
     if fields["message_count"] != len(messages):
         raise ValueError(f"state says {fields['message_count']} messages, records hold {len(messages)}")
     if fields["run_id"] != run_id:
         raise ValueError(f"records belong to run {fields['run_id']!r}")
     migrated_from = None
+    oldest = _read_natively_as(oldest, migrations)
     if oldest < migrations.current:
         migrated_from = oldest
         upgraded = migrations.upgrade({"fields": fields, "messages": messages}, oldest, run_id)
@@ -659,10 +1019,10 @@ def _fold(
     state = RunState.from_parts(fields, messages)
     return Decoded(
         state=state,
-        last_seq=parsed[-1]["seq"],
-        records=parsed,
-        corrupt_seq=corrupt_seq,
-        problem=problem,
+        last_seq=last["seq"],
+        records=kept if kept is not None else [],
+        corrupt_seq=outcome.corrupt_seq,
+        problem=outcome.problem,
         migrated_from=migrated_from,
     )
 
@@ -698,6 +1058,9 @@ def _check_field_types(fields: dict[str, JSONValue]) -> None:
         value = fields.get(name)
         if type(value) not in (int, float):
             raise ValueError(f"field {name} is {value!r}, not a number")
+    checked = fields.get("history_checked", 0)
+    if type(checked) is not int or not 0 <= checked <= fields["message_count"]:
+        raise ValueError(f"field history_checked is {checked!r}, not a message index")
 
 
 def peek_version(record: StoredRecord) -> int | None:

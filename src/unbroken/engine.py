@@ -158,12 +158,16 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
         if decision is None:
             decision = decide_first(call, tool, session.ledger, state.resolutions.get(call.idempotency_key))
         if decision.action == "probe":
-            assert tool is not None and decision.entry is not None
+            in_doubt = decision.entry
+            assert tool is not None and in_doubt is not None
             answer, error = yield Probe(tool, call)
             if isinstance(answer, NotExecuted) and session.heartbeat.guard.wait_before_trusting_absence():
                 # The previous holder might have acted while we waited for it to be unable to: ask again.
                 answer, error = yield Probe(tool, call)
-            decision = after_probe(call, decision.entry, session.ledger, answer, error)
+            if call.idempotency_key in capped and isinstance(answer, NotExecuted) and error is None:
+                decision = _never_ran(call, decision)  # proven not to have happened; still not run again
+            else:
+                decision = after_probe(call, in_doubt, session.ledger, answer, error)
         if resuming:
             hooks.reconcile_decision(session, call, decision)
         if decision.action == "unknown":
@@ -243,11 +247,23 @@ def _past_cap(session: RunSession, call: ToolCall, tool: Tool, tried: int, entry
         f"(Agent max_attempts={session.agent.max_attempts})"
     )
     if tool.effect == "side_effect" and entry is not None:
-        return Decision("unknown", entry=entry, reason=why)
+        # Its probe is still asked: a result it finds is the call's result, and "never ran" is
+        # a known outcome (told to the model as not done), though the call is not run again.
+        return Decision("probe" if tool.probe is not None else "unknown", entry=entry, reason=why)
     result = ToolResult(
         call.id, f"NOT RUN AGAIN: the call to {call.name} (call id {call.id}): {why}.", True, "attempts_exhausted"
     )
     return Decision("answer", result, EffectLedger.outcome(entry, result) if entry is not None else None)
+
+
+def _never_ran(call: ToolCall, capped: Decision) -> Decision:
+    """A call past the attempt cap whose probe says it never happened: answered as not done."""
+    text = (
+        f"NOT DONE: the call to {call.name} (call id {call.id}) never took effect (its probe says so), and it "
+        f"is not run again: {capped.reason}. Call it again if it is still needed."
+    )
+    result = ToolResult(call.id, text, True, "attempts_exhausted")
+    return Decision("answer", result, EffectLedger.outcome(capped.entry, result) if capped.entry else None)
 
 
 def _mark_started(session: RunSession, job: Job) -> None:

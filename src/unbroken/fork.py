@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, replace
 
 from . import crashpoints
-from .codec import decode, encode_full
+from .codec import decode, encode_full, fold_fields
 from .errors import ConfigError, CorruptCheckpoint
 from .leases import acquire, make_owner
 from .ledger import unknown_result
@@ -122,10 +122,13 @@ def _state_at(store: Store, run_id: str, at: int) -> tuple[RunState, set[str]]:
     except CorruptCheckpoint as exc:
         raise CorruptCheckpoint(f"save point {at} of run {run_id!r} cannot be read: {exc}") from exc
     keys: set[str] = set()
+    fields = None
     for record in decoded.records:
-        fields = record["fields"]
+        fields = fold_fields(fields, record)  # the record's pending calls in full, whatever its version
         keys.update(call["idempotency_key"] for call in fields.get("pending_calls") or [])
         keys.update(fields.get("results") or {})
+    # A new branch: its next resume checks the whole history for unanswered calls (format v2 marker).
+    decoded.state.history_checked = 0
     return decoded.state, keys
 
 

@@ -3,9 +3,12 @@ own code call the same functions. Each takes an open ``Store``, prints nothing, 
 ``UnbrokenError`` subclass for anything a caller can act on.
 
 * ``open_existing_store``: open a store that must already exist (a typo creates nothing).
-* ``inspect_run``, ``list_all_runs``, ``queued_runs``: what a store holds, queued runs included.
-* ``ledger_of``: a run's effect ledger, and whether it may have been collected.
-* ``export_run``: a run's whole state, save points and ledger as one JSON document.
+* ``inspect_run``, ``list_all_runs``, ``queued_runs``: what a store holds, queued runs included;
+  ``runs_page``, ``iter_runs``: the runs a page at a time (``unbroken runs``).
+* ``ledger_of``, ``ledger_before``: a run's effect ledger (whole or a page), and whether it may
+  have been collected.
+* ``export_run``: a run's whole state, save points and ledger as one JSON document (in memory);
+  ``export_run_to``: the same document written as it is read (constant memory).
 * ``plan_migration``, ``migrate_run``: bring a run's records to the current schema.
 * ``resolve_call``: settle, by hand, a call whose outcome is unknown.
 * ``approve``, ``deny``, ``pending_approvals``: decide a tool call waiting for a person (``unbroken.approvals``).
@@ -17,14 +20,15 @@ own code call the same functions. Each takes an open ``Store``, prints nothing, 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from . import paging
 from .approvals import ApprovalRequest, decide, pending_approvals
-from .codec import MIGRATIONS, Decoded, StoredRecord, encode_full, peek_version
+from .codec import MIGRATIONS, Decoded, StoredRecord, encode_full, peek_version, reads_natively
 from .errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, RunNotFound, StoreUnavailable
 from .fork import Fork, fork, rewind
 from .importing import import_run
@@ -83,8 +87,60 @@ def queued_run(store: Store, run_id: str) -> QueuedRun | None:
     return next((run for run in queued_runs(store) if run.run_id == run_id), None)
 
 
+RUNS_PAGE = 50
+"""Runs ``unbroken runs`` lists by default (the most recently updated ones)."""
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    """One page of ``runs_page``: started runs newest first, then (first page only) the queued
+    ones. ``next``: the cursor of the next page ((updated_at, run_id) of the last row), None at
+    the end."""
+
+    runs: list[RunSummary]
+    queued: list[QueuedRun]
+    next: tuple[float, str] | None
+
+    @property
+    def rows(self) -> list[RunSummary | QueuedRun]:
+        return [*self.runs, *self.queued]
+
+
+def runs_page(store: Store, *, limit: int = RUNS_PAGE, after: tuple[float, str] | None = None) -> RunsPage:
+    """Up to ``limit`` started runs, most recently updated first (ties: run id descending),
+    strictly after the cursor ``after`` (``RunsPage.next`` of the previous page), and, on the
+    first page, the queued runs as ``queued_runs`` lists them. One ``store.summaries_page(after,
+    limit + 1)`` call: about ``limit`` rows on a store with an index on the update time (Postgres,
+    Redis); a scan of every run's summary keeping the top ``limit`` on the others (SQLite, files,
+    S3, memory: docs/stores.md). Queued runs are read whole (``list_submissions``; few)."""
+    if limit < 1:
+        raise ConfigError(f"a page of runs holds at least 1 run, not {limit}")
+    rows = store.summaries_page(after, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    seen = {run.run_id for run in rows}
+    queued = [run for run in queued_runs(store) if run.run_id not in seen] if after is None else []
+    last = (rows[-1].updated_at, rows[-1].run_id) if more and rows else None
+    return RunsPage(rows, queued, last)
+
+
+def iter_runs(store: Store, *, page: int = 500) -> Iterator[RunsPage]:
+    """Every run, a page of ``page`` summaries at a time (``runs_page`` pages, keyset): memory
+    holds one page. A run saved while listed moves ahead of the cursor and is not listed again."""
+    after: tuple[float, str] | None = None
+    while True:
+        current = runs_page(store, limit=page, after=after)
+        yield current
+        if current.next is None:
+            return
+        after = current.next
+
+
 def list_all_runs(store: Store) -> list[RunSummary | QueuedRun]:
-    """Every run: the started ones, most recently updated first, then the queued ones."""
+    """Every run: the started ones, most recently updated first, then the queued ones. Reads
+    every run's summary at once (``store.list_runs``: one consistent read, all in memory); a
+    listing that must stay bounded reads ``runs_page`` (one page) or ``iter_runs`` (a page at a
+    time, as ``unbroken runs --all`` does)."""
     started: list[RunSummary | QueuedRun] = list(store.list_runs())
     seen = {run.run_id for run in started}
     return started + [run for run in queued_runs(store) if run.run_id not in seen]
@@ -107,65 +163,112 @@ class RunView:
     lease_holder_dead: bool = False
     """The lease is held by a process on this machine that is gone: the next resume takes over at once."""
     ledger: list[LedgerEntry] = field(default_factory=list)
+    """The effect ledger, oldest first: every entry, or the newest ``ledger`` of them."""
+    ledger_earlier: bool = False
+    """Older ledger entries exist than those in ``ledger`` (it is a page)."""
+    call_entries: dict[str, LedgerEntry] = field(default_factory=dict)
+    """The ledger entries of the state's pending calls, by idempotency key (absent: no entry)."""
 
 
-def inspect_run(store: Store, run_id: str, *, decoded: Decoded | None = None) -> RunView:
+def inspect_run(
+    store: Store, run_id: str, *, decoded: Decoded | None = None, messages: int = 100, ledger: int | None = None
+) -> RunView:
     """The run as stored (a damaged run: its last intact save point, with ``problem``), its
     lease and its effect ledger; a queued run as ``queued``. Raises ``RunNotFound`` otherwise.
-    ``decoded``: the run already read with ``store.decode(run_id, recover=True)``."""
+
+    Reads the run's tail (``paging.read_tail``): its newest snapshot record, the deltas after it
+    and the records holding its last ``messages`` messages; ``state.messages`` holds None before
+    those, and ``timeline`` holds the save points read (the newest ones). Damage in what it reads
+    falls back to the whole-run ``store.decode(run_id, recover=True)``; damage in older records is
+    reported by the readers that read them (``export_run``, ``unbroken history --all``,
+    ``store.load``). ``decoded``: the run already read (whole or by ``paging.read_tail``).
+    ``ledger``: only the newest ``ledger`` entries of the effect ledger (``store.ledger_page``;
+    None: every entry), plus the entries of the pending calls (``call_entries``, one read each)."""
     try:
-        decoded = decoded or store.decode(run_id, recover=True)
+        decoded = decoded or paging.read_tail(store, run_id, messages=messages, recover=True)
     except RunNotFound:
         queued = queued_run(store, run_id)
         if queued is None:
             raise
         return RunView(run_id, queued=queued)
     lease = store.lease_of(run_id)
+    keys = [call.idempotency_key for call in decoded.state.pending_calls]
+    if ledger is None:
+        entries, earlier = store.ledger_list(run_id), False
+        by_key = {entry.key: entry for entry in entries}
+        calls = {key: by_key[key] for key in keys if key in by_key}
+    else:
+        page = store.ledger_page(run_id, limit=ledger + 1) if ledger > 0 else []
+        entries, earlier = page[:ledger][::-1], len(page) > ledger
+        found = ((key, store.ledger_get(run_id, key)) for key in keys)
+        calls = {key: entry for key, entry in found if entry is not None}
     return RunView(
         run_id,
         state=decoded.state,
         problem=decoded.problem,
-        timeline=decoded.timeline,
+        timeline=paging.tail_timeline(decoded),
         lease=lease,
         lease_holder_dead=lease is not None and owner_is_dead(lease.owner),
-        ledger=store.ledger_list(run_id),
+        ledger=entries,
+        ledger_earlier=earlier,
+        call_entries=calls,
     )
+
+
+LEDGER_PAGE = 100
+"""Ledger entries ``unbroken effects`` and the inspector's run page show at first (the newest)."""
 
 
 @dataclass(frozen=True)
 class LedgerView:
-    """A run's effect ledger. ``run_finished``: the run has ended, so ``Store.ledger_gc`` may
-    have collected its entries (an empty ledger then does not mean "no side effect yet")."""
+    """A run's effect ledger, oldest first. ``run_finished``: the run has ended, so
+    ``Store.ledger_gc`` may have collected its entries (an empty ledger then does not mean "no
+    side effect yet"). ``earlier``: older entries exist than those in ``entries`` (a page)."""
 
     run_id: str
     entries: list[LedgerEntry]
     run_finished: bool
+    earlier: bool = False
 
 
-def ledger_of(store: Store, run_id: str) -> LedgerView:
-    """The run's effect ledger; ``RunNotFound`` when there is neither a run nor an entry."""
-    entries = store.ledger_list(run_id)
-    summary = next((row for row in store.list_runs() if row.run_id == run_id), None)
-    if not entries and summary is None and not store.exists(run_id):
+def ledger_of(store: Store, run_id: str, *, last: int | None = None) -> LedgerView:
+    """The run's effect ledger (``last``: only its newest ``last`` entries, read with
+    ``store.ledger_page``: bounded on SQLite and Postgres); ``RunNotFound`` when there is neither
+    a run nor an entry. Whether the run has finished is read from its tail (``paging.read_tail``)."""
+    check_run_id(run_id)
+    if last is None:
+        entries, earlier = store.ledger_list(run_id), False
+    else:
+        page = store.ledger_page(run_id, limit=last + 1) if last > 0 else []
+        entries, earlier = page[:last][::-1], len(page) > last
+    try:
+        phase: str | None = paging.read_tail(store, run_id, recover=True).state.phase
+    except (RunNotFound, CorruptCheckpoint):  # never saved (queued or absent), or every record lost
+        phase = None
+    if not entries and phase is None and not store.exists(run_id):
         raise RunNotFound(f"no run {run_id!r} in {store.url}")
-    return LedgerView(run_id, entries, summary is not None and summary.phase in TERMINAL_PHASES)
+    return LedgerView(run_id, entries, phase in TERMINAL_PHASES, earlier)
+
+
+def ledger_before(store: Store, run_id: str, before: tuple[float, str], limit: int = LEDGER_PAGE) -> list[LedgerEntry]:
+    """The ``limit`` entries just older than the cursor ``before`` ((created_at, key) of the
+    oldest entry shown), oldest first: the "earlier" page of ``ledger_of(last=...)``."""
+    return store.ledger_page(run_id, before=before, limit=limit)[::-1]
 
 
 def export_run(store: Store, run_id: str) -> dict[str, JSONValue]:
     """The run as one JSON document: its fields, every message, its save points and its effect
     ledger (``damaged`` says what is wrong with a damaged run, exported up to its last intact
-    save point). Reads only."""
-    decoded = store.decode(run_id, recover=True)
-    state = decoded.state
-    return {
-        "format": "unbroken.export",
-        "format_version": 1,
-        "exported_at": time.time(),
-        "damaged": decoded.problem,
-        "state": {**state.small_fields(), "messages": state.messages},
-        "save_points": [asdict(info) for info in decoded.timeline],
-        "effect_ledger": [entry.to_json() for entry in store.ledger_list(run_id)],
-    }
+    save point). Reads only. Holds the whole history in memory (``store.decode``): to write it
+    out, ``export_run_to`` streams the same bytes in constant memory."""
+    return paging.export_document(store, run_id)
+
+
+def export_run_to(store: Store, run_id: str, write: Callable[[str], object]) -> str | None:
+    """Write ``export_run``'s document (``json.dumps(document, ensure_ascii=False, indent=2)``,
+    byte for byte) through ``write`` as it is read, a page of records at a time (constant memory;
+    see ``paging.stream_export``). Returns the document's ``damaged`` (None when intact)."""
+    return paging.stream_export(store, run_id, write)
 
 
 # --------------------------------------------------------------------------- migrate
@@ -198,6 +301,9 @@ def plan_migration(store: Store, run_id: str) -> MigrationPlan:
         )
     if version == current:
         return MigrationPlan(run_id, version, "up to date", "current")
+    if version < current and reads_natively(version):
+        # Only the layout changed since (docs/format.md): read as it is, never rewritten for it.
+        return MigrationPlan(run_id, version, f"up to date (schema {version} is read as it is)", "current")
     if version > current:
         reason = f"written by a newer unbroken (schema {version} > {current}); upgrade unbroken"
         return MigrationPlan(run_id, version, reason, "blocked")
@@ -295,6 +401,7 @@ def recover(store: Store, run_id: str, *, to: int | None = None) -> Recovery:
         if not store.exists(aside):
             store.rewrite(aside, kept, expect_seq=0)
         recovered_from = state.save_seq
+        state.history_checked = 0  # the recovered run's next resume checks its whole history
         recorded, compacted_at = _recorded_calls([r for r in records if r.seq <= recovered_from])
         after = [
             e
@@ -327,13 +434,17 @@ def _recorded_calls(records: Sequence[StoredRecord]) -> tuple[set[str], float | 
     at a compaction snapshot rather than at save 1, that snapshot's time: calls made before it
     are no longer named in any record, so they are told apart by time alone (they were all
     answered before the compaction, which happens only between turns)."""
-    from .codec import loads
+    from .codec import fold_fields, loads
 
     keys: set[str] = set()
     compacted_at: float | None = None
+    folded: dict[str, JSONValue] | None = None
     for record in records:
         body = loads(record.body)
-        fields = body.get("fields", {}) if isinstance(body, dict) else {}
+        # Folded, so that a format v2 record's pending calls come with their keys (the records are
+        # the intact ones before the damage: they fold).
+        folded = fold_fields(folded, body) if isinstance(body, dict) else folded
+        fields = folded or {}
         if record is records[0] and record.seq > 1:
             compacted_at = float(fields.get("updated_at", 0.0))
         keys.update(str(call.get("idempotency_key")) for call in fields.get("pending_calls") or [])
@@ -373,14 +484,18 @@ __all__ = [
     "Recovery",
     "QueuedRun",
     "RunView",
+    "RunsPage",
     "Update",
     "approve",
     "deny",
     "export_run",
+    "export_run_to",
     "follow",
     "fork",
     "import_run",
     "inspect_run",
+    "iter_runs",
+    "ledger_before",
     "ledger_of",
     "list_all_runs",
     "migrate_run",
@@ -392,5 +507,6 @@ __all__ = [
     "recover",
     "resolve_call",
     "rewind",
+    "runs_page",
     "settlements",
 ]

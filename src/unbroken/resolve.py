@@ -30,8 +30,9 @@ def resolve_call(
     owner = make_owner()
     lease = acquire(store, run_id, owner, 30.0)
     try:
-        decoded = store.decode(run_id)
-        state = decoded.state
+        from .paging import read_tail
+
+        state = read_tail(store, run_id).state  # the tail: the unsettled calls are in its small fields
         # The first unsettled call with that id (a provider may reuse ids), or with that key.
         call = next((c for c in state.dangling_calls() if call_id in (c.id, c.idempotency_key)), None)
         if call is None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from . import crashpoints, hooks
-from .codec import MAX_RECORD_BYTES, EncodedSave, Encoder, encode_full, ensure_json
+from .codec import LAYOUT_ONLY, MAX_RECORD_BYTES, EncodedSave, Encoder, encode_full, ensure_json
 from .errors import (
     ConfigError,
     IncompatibleSchema,
@@ -31,7 +31,7 @@ from .leases import Heartbeat
 from .ledger import EffectLedger, not_settled_result, unknown_result
 from .model import HistoryReader, ModelTurn, ProposedCall, add_usage, messages_are_json
 from .reconcile import Decision
-from .state import JSONValue, Lease, LedgerEntry, RunState, ToolCall, ToolResult, occurrence_key
+from .state import SCHEMA_VERSION, JSONValue, Lease, LedgerEntry, RunState, ToolCall, ToolResult, occurrence_key
 from .stores.base import Store
 from .window import load_window
 
@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from .runner import Agent
 
 log = logging.getLogger("unbroken")
+
+HISTORY_CHECK_STEP = 64
+"""``RunState.history_checked`` moves in steps of at least this many messages: a resume scans at
+most this many more than it must, and most save records do not carry the marker."""
 
 
 @dataclass
@@ -134,7 +138,10 @@ class RunSession:
             state.updated_at = time.time()
             self.store.rewrite(self.run_id, [encode_full(state, rewrite_reason)], expect_seq=head, fence=self.fence())
         self.encoder.prime(state)
-        self.checked_upto = decoded.message_base  # nothing before the compaction window is unanswered
+        if state.schema_version in LAYOUT_ONLY:  # read as it is; saved from now on at the current schema
+            state.schema_version = SCHEMA_VERSION
+        # Nothing before the compaction window is unanswered, nor before the persisted marker.
+        self.checked_upto = max(decoded.message_base, min(state.history_checked, len(state.messages)))
         if self._migrate_business_state():
             # The migrated value and its new version are saved together, at once: a later
             # load must never see new-shaped data under the old version number.
@@ -254,7 +261,7 @@ class RunSession:
         base = self.checked_upto
         tail = state.messages[base:]
         if not model.dangling_call_ids(tail):  # the usual case: one pass, nothing to tell apart
-            self.checked_upto = len(state.messages)
+            self._checked(len(state.messages))
             return False
         reader = model if isinstance(model, HistoryReader) else None
         bounds = (
@@ -279,7 +286,7 @@ class RunSession:
                 lost = "the call could not be read back from the history"
                 repaired.append([found.get(call_id) or ProposedCall(call_id, "", {}, error=lost) for call_id in ids])
         if not repaired:
-            self.checked_upto = len(state.messages)
+            self._checked(len(state.messages))
             return False
         missing = [proposed for turn in reversed(repaired) for proposed in turn]  # in history order
         for proposed in missing:
@@ -293,6 +300,14 @@ class RunSession:
         state.phase = "running_tools"
         self.save("repaired")
         return True
+
+    def _checked(self, upto: int) -> None:
+        """Messages before ``upto`` hold no unanswered call other than the pending ones. The marker
+        is also kept in the state (saved with the next save point, so a resumed process scans only
+        from it), moved forward every ``HISTORY_CHECK_STEP`` messages to keep records small."""
+        self.checked_upto = upto
+        if upto - self.state.history_checked >= HISTORY_CHECK_STEP:
+            self.state.history_checked = upto
 
     def compaction_failed(self, exc: Exception) -> ModelCallFailed:
         return ModelCallFailed(

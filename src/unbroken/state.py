@@ -10,13 +10,15 @@ A run's durable state is split in two on purpose:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, get_args
 
-SCHEMA_VERSION = 1
-"""Version of unbroken's own checkpoint format. Older versions are migrated on load."""
+SCHEMA_VERSION = 2
+"""Version of unbroken's own checkpoint format (docs/format.md). Version 1 records are still read
+as they are (version 2 changed only how records are written); older ones are migrated on load."""
 
 JSONValue: TypeAlias = Any
 """A value made only of dict (str keys), list, str, int, finite float, bool and None."""
@@ -41,6 +43,7 @@ def idempotency_key(run_id: str, call_id: str) -> str:
     return f"ub_{digest[:40]}"
 
 
+@functools.lru_cache(maxsize=1024)
 def occurrence_key(run_id: str, save_seq: int, position: int, call_id: str) -> str:
     """The idempotency key of one call occurrence: the run, the save point that first recorded
     the call (save A), its position in that turn and the provider's id. Two calls never share
@@ -146,6 +149,10 @@ class RunState:
     error: str | None = None
     summary: JSONValue = None
     summary_upto: int = 0
+    history_checked: int = 0
+    """Messages before this index were checked for tool calls left without a result and held none
+    other than ``pending_calls`` (``RunSession.repair_dangling``), so a resumed run scans only from
+    here. 0 (the whole history is scanned) for runs imported, forked, rewound or recovered."""
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
 
@@ -160,6 +167,8 @@ class RunState:
             fields["approvals"] = self.approvals
         if self.conversation is not None:
             fields["conversation"] = self.conversation
+        if self.history_checked:
+            fields["history_checked"] = self.history_checked
         return fields
 
     def _small_fields(self) -> dict[str, JSONValue]:
@@ -227,6 +236,7 @@ class RunState:
             error=fields.get("error"),
             summary=fields.get("summary"),
             summary_upto=fields.get("summary_upto", 0),
+            history_checked=fields.get("history_checked", 0),
             created_at=fields["created_at"],
             updated_at=fields["updated_at"],
         )

@@ -13,11 +13,12 @@ shows.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .codec import Decoded, loads
+from . import paging
+from .codec import Decoded, fold_fields, loads, save_info
 from .errors import RunNotFound
 from .state import TERMINAL_PHASES, LedgerEntry, SaveInfo, check_run_id
 from .stores.base import Store
@@ -50,17 +51,28 @@ def follow(
     timeout: float | None = None,
     until_stopped: bool = True,
     sleep: Callable[[float], None] = time.sleep,
+    history: int | None = 50,
 ) -> Iterator[Update]:
-    """Yield the run's history so far, then one ``Update`` per change, polling every ``interval``
-    seconds; end when the run finishes or stops for a person (``until_stopped``), or after
-    ``timeout`` seconds. Reads only."""
+    """Yield the run's last ``history`` save points (None: every one), then one ``Update`` per
+    change, polling every ``interval`` seconds; end when the run finishes or stops for a person
+    (``until_stopped``), or after ``timeout`` seconds. Reads only.
+
+    It starts from the run's tail (``paging.read_tail``: the newest snapshot and the saves after
+    it) and the last ``history`` save points (``paging.timeline_page``), whatever the run's
+    length, then reads only the records written since (``records_after``). The first update's
+    ``effects`` is the whole ledger (``ledger_list``): later ones name what changed."""
     check_run_id(run_id)
-    decoded = store.decode(run_id, recover=True)
+    decoded = paging.read_tail(store, run_id, recover=True)
     fields: dict[str, Any] = dict(decoded.state.small_fields())
     effects = store.ledger_list(run_id)
     seen = {(entry.key, entry.status) for entry in effects}
     last_seq = decoded.last_seq
-    first = Update(run_id, list(decoded.timeline), decoded.state.phase, _holder(store, run_id), effects)
+    if history is None:
+        saves = list(store.decode(run_id, recover=True).timeline)
+        saves = [info for info in saves if info.seq <= last_seq]
+    else:
+        saves = paging.timeline_page(store, run_id, last_seq - history + 1, last_seq).saves if history > 0 else []
+    first = Update(run_id, saves, decoded.state.phase, _holder(store, run_id), effects)
     yield first
     if until_stopped and first.stopped:
         return
@@ -75,8 +87,8 @@ def follow(
         saves = []
         for record in store.records_after(run_id, last_seq):
             body = loads(record.body)
-            fields = dict(body["fields"]) if body["snapshot"] else {**fields, **body["fields"]}
-            saves.append(_save_info(body, fields))
+            fields = fold_fields(fields, body)  # snapshot replaces, delta updates (format v2 completed)
+            saves.append(save_info(body, fields))
             last_seq = record.seq
         effects = [entry for entry in store.ledger_list(run_id) if (entry.key, entry.status) not in seen]
         seen.update((entry.key, entry.status) for entry in effects)
@@ -89,19 +101,6 @@ def follow(
 def _holder(store: Store, run_id: str) -> str | None:
     lease = store.lease_of(run_id)
     return lease.owner if lease is not None else None
-
-
-def _save_info(body: dict[str, Any], fields: dict[str, Any]) -> SaveInfo:
-    return SaveInfo(
-        seq=body["seq"],
-        label=body["label"],
-        phase=fields.get("phase", "?"),
-        turns=fields.get("turns", 0),
-        tokens_used=fields.get("tokens_used", 0),
-        messages_added=len(body["messages"]),
-        at=fields.get("updated_at", 0.0),
-        snapshot=bool(body["snapshot"]),
-    )
 
 
 # --------------------------------------------------------------------------- crashes in the history
@@ -118,18 +117,23 @@ _SETTLED_WITHOUT_RUNNING = {
 }
 
 
-def settlements(store: Store, run_id: str, *, decoded: Decoded | None = None) -> dict[int, list[str]]:
+def settlements(
+    store: Store, run_id: str, *, decoded: Decoded | None = None, records: Sequence[dict[str, Any]] | None = None
+) -> dict[int, list[str]]:
     """Notes by save point: where the run resumed with calls left without a result (a crash,
     or a stop) and how each such call was settled. Reads only. ``decoded``: the run already
-    read with ``store.decode(run_id, recover=True)`` (read once, not twice)."""
-    decoded = decoded or store.decode(check_run_id(run_id), recover=True)
+    read with ``store.decode(run_id, recover=True)`` (read once, not twice). ``records``: only
+    these parsed records, a snapshot first (a page of the history, ``unbroken.paging``): a call
+    left open at a resume before them is not followed into them."""
+    if records is None:
+        records = (decoded or store.decode(check_run_id(run_id), recover=True)).records
     ledger = {entry.key: entry for entry in store.ledger_list(run_id)}
     notes: dict[int, list[str]] = {}
     fields: dict[str, Any] = {}
     resumed: dict[str, dict[str, Any]] = {}  # key -> call, for calls open at a resume, until settled
-    for body in decoded.records:
+    for body in records:
         previous = fields
-        fields = dict(body["fields"]) if body["snapshot"] else {**fields, **body["fields"]}
+        fields = fold_fields(fields, body)  # pending calls in full, whatever the record's version
         seq, label = body["seq"], body["label"]
         calls = {**_calls_of(previous), **_calls_of(fields)}
         results = fields.get("results") or {}

@@ -25,11 +25,15 @@ from .codec import (
     Migrations,
     StoredRecord,
     checksum,
+    fold_fields,
+    is_snapshot,
     loads,
+    reads_natively,
     validate_fields,
     validate_record,
 )
 from .state import JSONValue, RunState
+from .stores.backend import Backend
 
 if TYPE_CHECKING:
     from .stores.base import Store
@@ -45,18 +49,34 @@ Verdict = Decoded | Literal["earlier", "whole"]
 
 def load_window(store: Store, run_id: str, *, migrations: Migrations = MIGRATIONS) -> Decoded:
     """The run's state at its last save point, reading only its tail when it was compacted.
-    Raises like ``Store.decode`` (``RunNotFound``, ``CorruptCheckpoint``, ``IncompatibleSchema``)."""
+    Raises like ``Store.decode`` (``RunNotFound``, ``CorruptCheckpoint``, ``IncompatibleSchema``).
+    For resuming: ``Decoded.records`` holds the records read from the tail, and is empty when the
+    whole run was read (each record is let go once folded); ``Store.decode`` gives the timeline."""
     head = store.read_head(run_id)
     if head is not None and head.seq > FIRST_SPAN:
-        span = FIRST_SPAN
+        span = _first_span(store, run_id, head.seq)
         while span <= MAX_SPAN:
             verdict = decode_window(run_id, store.records_after(run_id, max(0, head.seq - span)), head.seq, migrations)
             if isinstance(verdict, Decoded):
                 return verdict
             if verdict == "whole" or span >= head.seq:
                 break
-            span *= 4
-    return store.decode(run_id, migrations=migrations)
+            span = max(span * 4, FIRST_SPAN)
+    return store.decode(run_id, migrations=migrations, keep_records=False)
+
+
+def _first_span(store: Store, run_id: str, head_seq: int) -> int:
+    """How many records to read first: those from the newest snapshot to the head, when the
+    backend finds that snapshot without reading the run (every shipped backend does). They are
+    the fewest that hold the current small fields, which say whether the run was ever compacted:
+    a run that never was (the common long run) is sent to the whole-run decode after parsing a
+    few dozen records, not 128. Otherwise ``FIRST_SPAN``."""
+    if type(store).snapshot_seq is Backend.snapshot_seq:  # the default reads the whole run
+        return FIRST_SPAN
+    snapshot = store.snapshot_seq(run_id)
+    if 0 < snapshot <= head_seq and head_seq - snapshot < FIRST_SPAN:
+        return head_seq - snapshot + 1
+    return FIRST_SPAN
 
 
 def decode_window(
@@ -67,18 +87,19 @@ def decode_window(
     ``"whole"``: only the whole-run decode can judge this run (never compacted, damaged, old)."""
     if not records or records[-1].seq != head_seq:
         return "whole"
-    parsed = _parse(records, migrations.current)
+    parsed = _parse(records, migrations)
     if parsed is None:
         return "whole"
-    snapshots = [index for index, record in enumerate(parsed) if record["snapshot"]]
+    snapshots = [index for index, record in enumerate(parsed) if is_snapshot(record)]
     if not snapshots:
         return "earlier"
-    fields: dict[str, Any] = {}
-    for record in parsed[snapshots[0] :]:
-        if record["snapshot"]:
-            fields = dict(record["fields"])
-        else:
-            fields.update(record["fields"])
+    fields: dict[str, Any] | None = None
+    try:
+        for record in parsed[snapshots[0] :]:
+            fields = fold_fields(fields, record)  # every format version, its fields completed
+    except (KeyError, TypeError, ValueError):
+        return "whole"
+    assert fields is not None
     upto = fields.get("summary_upto", 0)
     if type(upto) is not int or upto <= 0:
         return "whole"  # never compacted: the window is the whole history (the packed read is faster)
@@ -101,8 +122,10 @@ def decode_window(
     return Decoded(state=state, last_seq=head_seq, records=parsed[first:], message_base=starts[first])
 
 
-def _parse(records: list[StoredRecord], current: int) -> list[dict[str, Any]] | None:
-    """The records parsed and checked (size, checksum, order, shape, current schema), or None."""
+def _parse(records: list[StoredRecord], migrations: Migrations) -> list[dict[str, Any]] | None:
+    """The records parsed and checked (size, checksum, order, shape, a schema read without
+    migration), or None."""
+    current = migrations.current
     if any(record.seq != records[0].seq + index for index, record in enumerate(records)):
         return None
     bodies = [record.body if isinstance(record.body, bytes) else record.body.encode() for record in records]
@@ -113,7 +136,7 @@ def _parse(records: list[StoredRecord], current: int) -> list[dict[str, Any]] | 
         values = loads(b"[" + b",".join(bodies) + b"]")
         for record, value in zip(records, values, strict=True):
             validate_record(value, record.seq, current)
-            if value["v"] != current:
+            if not reads_natively(value["v"], migrations):
                 return None  # an older schema: the whole-run decode migrates it
     except ValueError:  # IncompatibleSchema (newer) is not a ValueError: it propagates
         return None

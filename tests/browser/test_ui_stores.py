@@ -48,7 +48,7 @@ def test_the_inspector_lists_pages_shows_and_approves_on_every_store(store_url: 
     server = start_server(store_url, actions=True)
     try:
         status, first = request(server, "GET", "/api/runs?limit=2")
-        assert status == 200 and first["total"] == 4 and len(first["runs"]) == 2
+        assert status == 200 and len(first["runs"]) == 2 and first["next"] is not None
         status, rest = request(server, "GET", f"/api/runs?limit=2&after={first['next']}")
         assert rest["next"] is None
         listed = [run["run_id"] for run in first["runs"] + rest["runs"]]

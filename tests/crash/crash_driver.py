@@ -213,6 +213,20 @@ def arm_kill_after(spec: str) -> None:
     crashpoints.observe(observe)
 
 
+def write_at_schema(version: int) -> None:
+    """Make this process write its records as an unbroken of checkpoint schema ``version`` did
+    (schema 1: before schema 2), to crash it and resume the run with today's writer."""
+    from unbroken.codec import Encoder
+
+    encode = Encoder.encode
+
+    def encode_at(self: Encoder, state: Any, *args: Any, **kwargs: Any) -> Any:
+        state.schema_version = version
+        return encode(self, state, *args, **kwargs)
+
+    Encoder.encode = encode_at  # type: ignore[method-assign]
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=["agent", "once"])
@@ -225,9 +239,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--driver", choices=["sync", "async"], default="sync")
     parser.add_argument("--go", default="")
     parser.add_argument("--kill-after", default="")
+    parser.add_argument("--schema", type=int, default=0, help="write every record at this checkpoint schema")
     args = parser.parse_args(argv)
     if args.kill_after:
         arm_kill_after(args.kill_after)
+    if args.schema:
+        write_at_schema(args.schema)
     outcome = run_agent(args) if args.mode == "agent" else run_once(args)
     print(json.dumps(outcome), flush=True)
 

@@ -16,8 +16,9 @@ the outbox), a second turn that sends another email, then a final answer. The wi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from crash_checks import history_problems, is_unknown, run_child, tool_results
@@ -25,6 +26,7 @@ from crash_driver import CALLS, SCRIPTS
 from crash_service import CountingService
 
 from unbroken import ScriptedModel, open_store
+from unbroken.codec import loads
 
 TARGETS = ("read_only", "idempotent", "side_effect", "side_effect+probe")
 WINDOWS = ("before_intent", "after_intent", "after_execute", "after_outcome", "outcome_not_checkpointed")
@@ -180,7 +182,32 @@ def judge(
 def test_no_crash_window_duplicates_loses_or_hides_a_call(
     store_kind: str, store_url: str, service: CountingService, run_id: str, sweep_driver: str
 ) -> None:
-    driver = sweep_driver
+    sweep(store_kind, store_url, service, run_id, sweep_driver)
+
+
+def test_a_process_writing_schema_1_crashed_in_any_window_is_resumed_at_schema_2(
+    tmp_path: Path, service: CountingService, run_id: str
+) -> None:
+    """An old run (checkpoint schema 1) crashed by an old process and resumed by today's: the
+    records of the two schemas are read side by side, with the same guarantees."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    sweep("sqlite", url, service, run_id, "sync", crash_args=["--schema", "1"])
+    store = open_store(url)
+    try:
+        versions = {loads(record.body)["v"] for name in store.list_runs() for record in store.read_records(name.run_id)}
+    finally:
+        store.close()
+    assert versions == {1, 2}
+
+
+def sweep(
+    store_kind: str,
+    store_url: str,
+    service: CountingService,
+    run_id: str,
+    driver: str,
+    crash_args: Sequence[str] = (),
+) -> None:
     figures = Figures()
     for target in TARGETS:
         tool_class, probe = target.removesuffix("+probe"), target.endswith("+probe")
@@ -194,7 +221,8 @@ def test_no_crash_window_duplicates_loses_or_hides_a_call(
             args = ["agent", "--store", store_url, "--run-id", scenario_run, "--service", str(scenario_service.path)]
             args += ["--driver", driver]
             args += ["--probe"] if probe else []
-            crashed = run_child([*args, "--kill-after", kill_after] if kill_after else args, crash_at=crash_at)
+            crashing = [*args, *crash_args]
+            crashed = run_child([*crashing, "--kill-after", kill_after] if kill_after else crashing, crash_at=crash_at)
             if not crashed.killed:
                 figures.problems.append(f"{name}: the child was not killed ({crashed.returncode}): {crashed.stderr}")
                 continue

@@ -72,7 +72,7 @@ def test_a_read_only_tool_that_kills_its_process_runs_at_most_three_times(
     assert answer["content"].startswith("NOT RUN AGAIN") and "started again after 2 crash(es)" in answer["content"]
 
 
-def test_a_side_effect_that_kills_its_process_stops_being_retried_and_is_reported_unknown(
+def test_a_side_effect_that_kills_its_process_stops_being_retried_and_its_probe_settles_it(
     store_url: str, run_id: str, service: CountingService, driver: str
 ) -> None:
     args = agent_args("crash_loop_send", store_url, run_id, service, driver)
@@ -85,8 +85,12 @@ def test_a_side_effect_that_kills_its_process_stops_being_retried_and_is_reporte
     with open_store(store_url) as store:
         (answer,) = tool_results(store.load(run_id).messages)["toolu_die"]
         (entry,) = store.ledger_list(run_id)
-    assert is_unknown(answer) and "3 attempts to run it were recorded" in answer["content"]
-    assert (entry.status, entry.attempts) == ("unknown", 3)
+    # Past the cap the probe is still asked; it truthfully says the tool never sent: a known
+    # outcome (not done), told to the model as such, and the call is not run a fourth time.
+    assert not is_unknown(answer) and answer.get("is_error") is True, answer
+    assert answer["content"].startswith("NOT DONE: the call to die_sending"), answer
+    assert "3 attempts to run it were recorded" in answer["content"]
+    assert (entry.status, entry.attempts) == ("failed", 3)
 
 
 def test_a_calls_change_to_business_state_is_saved_with_its_result_never_by_a_sibling(

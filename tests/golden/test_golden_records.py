@@ -1,8 +1,10 @@
 """The on-disk format is pinned: golden records decode to the expected state and re-encode to the
-same bytes, and records written by other JSON writers decode to the same state.
+same bytes, and records written by other JSON writers decode to the same state. One golden run per
+format: run-1 (schema 1, as older versions wrote it), run-2 (schema 2) and run-mixed (a schema 1
+run continued at schema 2).
 
 A failure here means the format changed. If that was deliberate, update docs/format.md, run
-``tests/golden/regenerate.py`` and review the diff of tests/golden/run-1/.
+``tests/golden/regenerate.py`` and review the diff of tests/golden/run-*/ (run-1 must not change).
 """
 
 from __future__ import annotations
@@ -13,52 +15,69 @@ from typing import Any
 
 import pytest
 
-from unbroken.codec import Encoder, StoredRecord, checksum, decode
+from unbroken.codec import Encoder, StoredRecord, checksum, decode, fold_fields, loads
 
-GOLDEN = Path(__file__).resolve().parent / "run-1"
+HERE = Path(__file__).resolve().parent
+RUNS = ["run-1", "run-2", "run-mixed"]
 SNAPSHOT_EVERY = 3  # what regenerate.py used
 
+by_run = pytest.mark.parametrize("run", RUNS)
 
-def golden_bodies() -> list[bytes]:
+
+def golden_bodies(run: str) -> list[bytes]:
     # Split on b"\n" only: a body may hold U+2028, which str.splitlines() would also split on.
-    return GOLDEN.joinpath("records.jsonl").read_bytes().split(b"\n")[:-1]
+    return HERE.joinpath(run, "records.jsonl").read_bytes().split(b"\n")[:-1]
 
 
-def golden_index() -> list[tuple[int, str, bool, str]]:
+def golden_index(run: str) -> list[tuple[int, str, bool, str]]:
     rows = []
-    for line in GOLDEN.joinpath("index.txt").read_text(encoding="utf-8").splitlines():
+    for line in HERE.joinpath(run, "index.txt").read_text(encoding="utf-8").splitlines():
         seq, check, kind, label = line.split()
         rows.append((int(seq), check, kind == "snapshot", label))
     return rows
 
 
-def golden_records() -> list[StoredRecord]:
+def golden_records(run: str) -> list[StoredRecord]:
     return [
-        StoredRecord(seq, body, check) for (seq, check, _, _), body in zip(golden_index(), golden_bodies(), strict=True)
+        StoredRecord(seq, body, check)
+        for (seq, check, _, _), body in zip(golden_index(run), golden_bodies(run), strict=True)
     ]
 
 
-def expected_state() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(GOLDEN.joinpath("state.json").read_text(encoding="utf-8"))
+def expected_state(run: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(HERE.joinpath(run, "state.json").read_text(encoding="utf-8"))
     return data
 
 
-def test_golden_checksums_are_crc32_of_the_exact_bytes() -> None:
-    for record in golden_records():
+@by_run
+def test_golden_checksums_are_crc32_of_the_exact_bytes(run: str) -> None:
+    for record in golden_records(run):
         assert checksum(record.body) == record.checksum
 
 
-def test_golden_records_decode_to_the_expected_state() -> None:
-    state = decode("golden-1", golden_records()).state
-    expected = expected_state()
-    assert state.small_fields() == expected["fields"]
-    assert state.messages == expected["messages"]
+@by_run
+def test_golden_records_decode_to_the_expected_state(run: str) -> None:
+    decoded = decode("golden-1", golden_records(run))
+    expected = expected_state(run)
+    assert decoded.state.small_fields() == expected["fields"]
+    assert decoded.state.messages == expected["messages"]
+    assert decoded.migrated_from is None  # schema 1 is read as it is: never rewritten for schema 2
 
 
-def test_golden_records_re_encode_byte_identically() -> None:
-    records = golden_records()
+def test_the_golden_runs_are_the_formats_they_pin() -> None:
+    versions = {run: [loads(body)["v"] for body in golden_bodies(run)] for run in RUNS}
+    assert versions == {"run-1": [1] * 9, "run-2": [2] * 9, "run-mixed": [1] * 5 + [2] * 4}
+    run2 = [loads(body) for body in golden_bodies("run-2")]
+    assert all("snapshot" not in record or record["snapshot"] is True for record in run2)
+    assert not any({"save_seq", "message_count"} & set(record["fields"]) for record in run2)
+    assert run2[1]["fields"]["pending_calls"] == [{"at": [0, "content", 1]}]  # key and input left out
+
+
+@by_run
+def test_golden_records_re_encode_byte_identically(run: str) -> None:
+    records = golden_records(run)
     encoder = Encoder(SNAPSHOT_EVERY)
-    for position, (seq, check, snapshot, label) in enumerate(golden_index()):
+    for position, (seq, check, snapshot, label) in enumerate(golden_index(run)):
         state = decode("golden-1", records[: position + 1]).state  # the state at this save point
         encoded = encoder.encode(state, label)
         encoder.committed(state, encoded)
@@ -66,9 +85,18 @@ def test_golden_records_re_encode_byte_identically() -> None:
         assert (encoded.checksum, encoded.snapshot) == (check, snapshot)
 
 
-def _rewritten(write: Any) -> list[StoredRecord]:
+@by_run
+def test_folding_each_record_gives_the_state_at_each_save_point(run: str) -> None:
+    records = golden_records(run)
+    fields = None
+    for position, record in enumerate(records):
+        fields = fold_fields(fields, loads(record.body))
+        assert fields == decode("golden-1", records[: position + 1]).state.small_fields()
+
+
+def _rewritten(run: str, write: Any) -> list[StoredRecord]:
     out = []
-    for record in golden_records():
+    for record in golden_records(run):
         body = write(json.loads(record.body)).encode()
         out.append(StoredRecord(record.seq, body, checksum(body)))
     return out
@@ -81,7 +109,8 @@ def _rewritten(write: Any) -> list[StoredRecord]:
         pytest.param(lambda v: json.dumps(v, ensure_ascii=True, indent=2), id="stdlib-ascii-indented"),
     ],
 )
-def test_records_written_by_another_json_writer_decode_to_the_same_state(writer: Any) -> None:
-    records = _rewritten(writer)
-    assert [r.body for r in records] != [r.body for r in golden_records()]  # other bytes, same values
-    assert decode("golden-1", records).state == decode("golden-1", golden_records()).state
+@by_run
+def test_records_written_by_another_json_writer_decode_to_the_same_state(run: str, writer: Any) -> None:
+    records = _rewritten(run, writer)
+    assert [r.body for r in records] != [r.body for r in golden_records(run)]  # other bytes, same values
+    assert decode("golden-1", records).state == decode("golden-1", golden_records(run)).state

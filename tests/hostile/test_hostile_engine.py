@@ -131,23 +131,39 @@ def test_duplicate_ids_in_one_turn_without_a_probe_never_hand_one_call_the_other
     assert unknown == sum(e.status == "unknown" for e in entries) >= 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit (docs/guarantees.md section 8): a side effect's starts are counted from its ledger "
-    "intents, saved right before it runs, so kills between the intent and the tool's first instruction count "
-    "as attempts; past the cap the call is reported unknown without asking the probe",
-)
-def test_kills_before_a_probed_side_effect_starts_do_not_use_up_its_attempts(
+def test_past_the_attempt_cap_a_probe_that_proves_the_send_never_happened_is_believed(
     sqlite_url: str, world: Path, driver: str
 ) -> None:
-    # Five processes die after the email's intent was saved but before the tool ever ran; its
-    # probe proves it was never sent, so the sixth process must send it, once.
+    # Five processes die after the email's intent was saved but before the tool ever ran. That
+    # looks exactly like a tool that kills its process in its first instruction, so the call is
+    # not run again past the cap; but its probe proves it never happened, so the model is told
+    # it was not done (not "unknown"), and the rest of the run goes on.
     for _ in range(5):
         child = run_child(
             "three_sends", sqlite_url, RUN, world, "--driver", driver, "--probe", crash_at="tool.before_execute:1"
         )
         assert child.killed, child.stderr[-2000:]
     assert executions(world)["send_email"] == 0
+    finished = run_child("three_sends", sqlite_url, RUN, world, "--driver", driver, "--probe")
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    with open_store(sqlite_url) as store:
+        first = tool_results(store.load(RUN).messages)[0]
+        (entry,) = [e for e in store.ledger_list(RUN) if e.status not in ("succeeded",)]
+    assert first["content"].startswith("NOT DONE: the call to send_email"), first
+    assert "never took effect" in first["content"] and first.get("is_error") is True, first
+    assert entry.status == "failed", entry
+    assert Counter(line["to"] for line in journal(world)) == {"b@example.com": 1, "c@example.com": 1}
+
+
+def test_past_the_attempt_cap_a_probe_that_finds_the_send_gives_its_result(
+    sqlite_url: str, world: Path, driver: str
+) -> None:
+    # Two kills before the tool starts, then the third attempt sends and dies before its result
+    # is saved: the fourth process is past the cap, asks the probe, and uses what it found.
+    for point in ["tool.before_execute:1", "tool.before_execute:1", "tool.after_execute:1"]:
+        child = run_child("three_sends", sqlite_url, RUN, world, "--driver", driver, "--probe", crash_at=point)
+        assert child.killed, child.stderr[-2000:]
+    assert executions(world)["send_email"] == 1
     finished = run_child("three_sends", sqlite_url, RUN, world, "--driver", driver, "--probe")
     assert finished.returncode == 0, finished.stderr[-2000:]
     with open_store(sqlite_url) as store:

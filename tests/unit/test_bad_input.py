@@ -11,6 +11,7 @@ import pytest
 from core_scripts import final_turn, reading_script, tool_turn
 
 from unbroken import (
+    SCHEMA_VERSION,
     Agent,
     CorruptCheckpoint,
     IncompatibleSchema,
@@ -172,7 +173,7 @@ def test_a_checkpoint_from_a_future_version_is_refused_and_left_alone(tmp_path: 
     store = open_store(f"sqlite:///{path}")
     finished_run(store, turns=1)
     last = store.read_records("r")[-1]
-    future = cast(str, last.body).replace('"v":1', '"v":99', 1)
+    future = cast(str, last.body).replace(f'"v":{SCHEMA_VERSION}', '"v":99', 1)
     with sqlite3.connect(path) as conn:
         conn.execute(
             "UPDATE unbroken_records SET body=?, checksum=? WHERE run_id='r' AND seq=?",

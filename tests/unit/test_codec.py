@@ -49,8 +49,8 @@ def test_a_record_holds_only_the_new_messages_and_changed_fields() -> None:
     states[1].updated_at = states[0].updated_at
     second = json.loads(saves_of(states)[1].body)
     assert second["msg_start"] == 2 and len(second["messages"]) == 1
-    assert not second["snapshot"]
-    assert set(second["fields"]) == {"save_seq", "turns", "message_count", "business_state"}
+    assert "snapshot" not in second  # format v2: false is the default
+    assert set(second["fields"]) == {"turns", "business_state"}  # save_seq, message_count: derived
 
 
 def test_folding_records_gives_back_the_last_state() -> None:
@@ -97,28 +97,28 @@ def test_a_missing_record_in_the_middle_is_detected() -> None:
 
 def test_older_schemas_are_migrated_by_registered_steps() -> None:
     records = saves_of(growing_run(2))
-    migrations = Migrations(current=3)
+    migrations = Migrations(current=4)
 
-    @migrations.register(1)
+    @migrations.register(2)
     def rename(run: dict) -> dict:  # type: ignore[type-arg]
         run["fields"]["business_state"] = {"renamed": run["fields"]["business_state"]}
         return run
 
-    @migrations.register(2)
+    @migrations.register(3)
     def tag(run: dict) -> dict:  # type: ignore[type-arg]
         run["messages"].append({"role": "user", "content": "migrated"})
         run["fields"]["message_count"] += 1
         return run
 
     decoded = decode("r", records, migrations=migrations)
-    assert decoded.migrated_from == 1 and decoded.state.schema_version == 3
+    assert decoded.migrated_from == 2 and decoded.state.schema_version == 4
     assert decoded.state.business_state == {"renamed": {"step": 2}}
     assert decoded.state.messages[-1] == {"role": "user", "content": "migrated"}
 
 
 def test_a_missing_migration_step_is_refused() -> None:
-    with pytest.raises(IncompatibleSchema, match="no migration to 2"):
-        decode("r", saves_of(growing_run(1)), migrations=Migrations(current=2))
+    with pytest.raises(IncompatibleSchema, match="no migration to 3"):
+        decode("r", saves_of(growing_run(1)), migrations=Migrations(current=3))
 
 
 def test_a_newer_schema_is_refused_even_when_recovering() -> None:

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -559,3 +559,33 @@ def test_a_process_killed_while_packing_loses_nothing_and_the_next_save_finishes
         f"{seq:012d}.json" for seq in range(9, 17)
     ]
     assert file_store.load("run-1").turns == 16
+
+
+@pytest.mark.usefixtures("small_packing")
+def test_the_resume_read_streams_segments_and_files_in_order_and_a_read_left_early_lets_saves_go_on(
+    file_store: FileStore,
+) -> None:
+    run = saved_run(file_store, turns=20)
+    streamed = file_store.iter_raw_records("run-1")
+    first = next(iter(streamed))
+    assert first.seq == 1
+    assert isinstance(streamed, Generator)
+    streamed.close()  # the shared lock goes with it: the next save is not blocked
+    run.turn(21)
+
+    records = list(file_store.iter_raw_records("run-1"))
+    assert [r.seq for r in records] == list(range(1, 22))
+    assert records == file_store.read_raw_records("run-1")
+    assert all(type(r.body) is bytes for r in records)
+    assert list(file_store.iter_raw_records("run-never-saved")) == []
+
+
+@pytest.mark.usefixtures("small_packing")
+def test_a_record_file_missing_after_the_segments_is_reported_at_its_seq(file_store: FileStore) -> None:
+    saved_run(file_store, turns=20)
+    record_path(file_store, "run-1", 18).unlink()
+
+    with pytest.raises(CorruptCheckpoint) as caught:
+        file_store.load("run-1")
+    assert caught.value.last_good_seq == 17
+    assert "18" in str(caught.value)

@@ -87,7 +87,31 @@ def test_the_tail_load_reads_only_the_last_records(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(store, "decode", lambda *a, **k: pytest.fail("the whole run was read"))
     load_window(store, "r")
     head = store.read_head("r")
-    assert head is not None and reads == [head.seq - 128]
+    # First the records from the newest snapshot on (they say whether and where it was
+    # compacted), then, if the window starts earlier, the last 128.
+    snapshot = store.snapshot_seq("r")
+    assert head is not None and head.seq - 50 < snapshot <= head.seq
+    assert reads[0] == snapshot - 1 and reads[1:] in ([], [head.seq - 128])
+
+
+def test_a_long_run_never_compacted_parses_only_the_records_after_its_snapshot_before_the_whole_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = open_store("memory://")
+    Agent(Recorder(script(150)), [lookup], store, max_turns=151).run("count", run_id="r")
+    head = store.read_head("r")
+    assert head is not None and head.seq > 128
+    reads: list[int] = []
+    real = store.records_after
+
+    def spy(run_id: str, after_seq: int = 0) -> list[StoredRecord]:
+        reads.append(after_seq)
+        return real(run_id, after_seq)
+
+    monkeypatch.setattr(store, "records_after", spy)
+    tail = load_window(store, "r")
+    assert reads == [store.snapshot_seq("r") - 1, 0] and head.seq - reads[0] <= 50  # then store.decode's read
+    assert tail.message_base == 0 and tail.state == store.decode("r").state
 
 
 def test_a_run_never_compacted_is_read_whole() -> None:

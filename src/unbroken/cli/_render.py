@@ -185,7 +185,7 @@ def print_result(console: Console, result: RunResult) -> None:
         console.print(escape(result.output))
 
 
-def runs_table(rows: Sequence[RunSummary | QueuedRun], title: str) -> Table:
+def runs_table(rows: Sequence[RunSummary | QueuedRun], title: str | None) -> Table:
     """One row per run: started runs with their counters, queued runs as ``queued``."""
     table = Table(title=title, title_justify="left")
     for name, justify in (("id", "left"), ("phase", "left"), ("turns", "right"), ("tokens", "right")):
@@ -244,7 +244,7 @@ def print_run(console: Console, view: RunView, state: RunState, message_count: i
     for name, value in rows:
         grid.add_row(name, value)
     console.print(grid)
-    ledger = {entry.key: entry for entry in view.ledger}
+    ledger = view.call_entries
     if state.pending_calls:
         calls = Table(title="pending tool calls", title_justify="left")
         for name in ("call id", "tool", "input", "idempotency key", "result", "ledger"):

@@ -10,7 +10,7 @@ import click
 from rich.markup import escape
 
 from ..errors import ConfigError
-from ..ops import ledger_of, open_existing_store, resolve_call
+from ..ops import LEDGER_PAGE, ledger_of, open_existing_store, resolve_call
 from ._app import friendly_errors, main, store_option
 from ._render import ledger_table, make_console, when
 
@@ -30,14 +30,24 @@ def parse_duration(text: str) -> float:
 
 @main.command("effects")
 @click.argument("run_id", metavar="RUN")
+@click.option(
+    "--last",
+    type=click.IntRange(1),
+    default=LEDGER_PAGE,
+    show_default=True,
+    help="Only the newest N entries.",
+)
+@click.option("--all", "show_all", is_flag=True, help="Every entry of the run.")
 @store_option
 @friendly_errors
-def effects_command(run_id: str, store_url: str) -> None:
-    """List a run's effect ledger.
+def effects_command(run_id: str, last: int, show_all: bool, store_url: str) -> None:
+    """List a run's effect ledger, oldest first.
 
-    One row per idempotency key of a call to a tool that is not read-only."""
+    One row per idempotency key of a call to a tool that is not read-only. Shows the newest 100
+    by default (--last N, --all for every one). Cost: SQLite and PostgreSQL read only those
+    entries (an index by creation time); the other stores read every entry of the run."""
     with open_existing_store(store_url) as store:
-        ledger = ledger_of(store, run_id)
+        ledger = ledger_of(store, run_id, last=None if show_all else last)
     entries = ledger.entries
     console = make_console()
     if not entries and ledger.run_finished:
@@ -50,6 +60,8 @@ def effects_command(run_id: str, store_url: str) -> None:
         console.print(f"run {escape(run_id)} has no ledger entries (no call to a tool that is not read-only yet)")
         return
     console.print(ledger_table(entries, title=f"effect ledger of {escape(run_id)}"))
+    if ledger.earlier:
+        console.print(f"the newest {len(entries)} entries; older ones: --last N or --all")
 
 
 @main.command("resolve")

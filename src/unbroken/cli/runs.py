@@ -7,32 +7,62 @@ is reported as such instead of being created empty.
 
 from __future__ import annotations
 
-import json
+import os
 import sys
 from pathlib import Path
 
 import click
+from rich.console import Console
 from rich.markup import escape
 
-from .. import SCHEMA_VERSION, ops
-from ..errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, LeaseHeld
-from ..stores import open_store
+from .. import SCHEMA_VERSION, ops, paging
+from ..errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, LeaseHeld, RunNotFound
+from ..state import SaveInfo, check_run_id
+from ..stores import Store, open_store
 from ._app import friendly_errors, main, store_option
 from ._render import history_table, make_console, migration_table, print_queued, print_run, runs_table
 
 
 @main.command("runs")
+@click.option(
+    "--limit",
+    type=click.IntRange(1),
+    default=ops.RUNS_PAGE,
+    show_default=True,
+    help="List the N most recently updated runs.",
+)
+@click.option("--all", "show_all", is_flag=True, help="List every run, read and printed a page at a time.")
 @store_option
 @friendly_errors
-def runs_command(store_url: str) -> None:
-    """List the runs in the store, most recently updated first; queued runs last."""
-    with ops.open_existing_store(store_url) as store:
-        rows = ops.list_all_runs(store)
+def runs_command(limit: int, show_all: bool, store_url: str) -> None:
+    """List the runs in the store, most recently updated first; queued runs last.
+
+    Lists the 50 most recently updated runs by default (--limit N, or --all for every one,
+    a page of 500 at a time). Cost: one page read (store.summaries_page): about N rows on
+    PostgreSQL and Redis (an index by update time); on SQLite, file, S3 and memory stores a
+    scan of every run's summary keeping the newest N (docs/stores.md). Queued runs are read whole."""
     console = make_console()
-    if not rows:
+    title = f"runs in {escape(store_url)}"
+    with ops.open_existing_store(store_url) as store:
+        if show_all:
+            listed, queued = 0, []
+            for page in ops.iter_runs(store):
+                if page.runs:
+                    console.print(runs_table(page.runs, title=title if not listed else None))
+                listed += len(page.runs)
+                queued += page.queued
+            if queued:  # last, as on one page
+                console.print(runs_table(queued, title=None if listed else title))
+            if not listed and not queued:
+                console.print(f"no runs in {escape(store_url)}")
+            return
+        page = ops.runs_page(store, limit=limit)
+    if not page.rows:
         console.print(f"no runs in {escape(store_url)}")
         return
-    console.print(runs_table(rows, title=f"runs in {escape(store_url)}"))
+    console.print(runs_table(page.rows, title=title))
+    if page.next is not None:
+        console.print(f"the {len(page.runs)} most recently updated runs; more: --limit N or --all")
 
 
 @main.command("show")
@@ -51,9 +81,10 @@ def show_command(run_id: str, message_count: int, store_url: str) -> None:
     """Show one run: summary, pending calls, messages, state.
 
     Prints the run's summary (a queued run: what it was submitted with), its pending tool
-    calls with their ledger status, its last messages briefly, and its business_state."""
+    calls with their ledger status, its last messages briefly, and its business_state. Reads
+    only the run's tail (its newest snapshot, the saves after it, the last messages)."""
     with ops.open_existing_store(store_url) as store:
-        view = ops.inspect_run(store, run_id)
+        view = ops.inspect_run(store, run_id, messages=message_count, ledger=0)  # the pending calls' entries
     console = make_console()
     if view.state is None:
         assert view.queued is not None
@@ -62,31 +93,95 @@ def show_command(run_id: str, message_count: int, store_url: str) -> None:
     print_run(console, view, view.state, message_count)
 
 
+LAST_SAVES = 50
+
+
 @main.command("history")
 @click.argument("run_id", metavar="RUN")
-@click.option("--tail", type=click.IntRange(0), default=0, help="Only the last N save points (0: all).")
+@click.option(
+    "--last",
+    "--tail",
+    "last",
+    type=click.IntRange(0),
+    default=None,
+    help=f"Only the last N save points (default {LAST_SAVES}; 0: all).",
+)
+@click.option("--from", "from_seq", type=click.IntRange(1), default=None, help="From save point SEQ on (N of them).")
+@click.option("--all", "show_all", is_flag=True, help="Every save point, streamed a page at a time.")
 @store_option
 @friendly_errors
-def history_command(run_id: str, tail: int, store_url: str) -> None:
-    """List a run's save points, oldest first."""
-    with ops.open_existing_store(store_url) as store:
-        view = ops.inspect_run(store, run_id)
-        notes = ops.settlements(store, run_id) if view.state is not None else {}
+def history_command(run_id: str, last: int | None, from_seq: int | None, show_all: bool, store_url: str) -> None:
+    """List a run's save points, oldest first.
+
+    Shows the last 50 by default, reading only those (and the saves back to the snapshot before
+    them); --from SEQ shows the N from SEQ on; --all (or --last 0) every one, streamed. Damage in
+    the save points read is reported (the table stops at the last intact one); damage in older
+    ones is reported by --all, `unbroken export` and `unbroken show` of a damaged tail."""
     console = make_console()
-    if view.state is None:
-        assert view.queued is not None
-        console.print(f"run {escape(run_id)} is queued (submitted, not started yet): it has no save point")
-        return
-    timeline = view.timeline[-tail:] if tail > 0 else view.timeline
-    console.print(history_table(timeline, title=f"save points of {escape(run_id)}"))
-    shown = {info.seq for info in timeline}
+    with ops.open_existing_store(store_url) as store:
+        try:
+            head = store.read_head(check_run_id(run_id))
+            if head is None or head.seq <= 0:
+                store.decode(run_id)  # never saved: RunNotFound (or queued), or lost records
+        except RunNotFound:
+            if ops.queued_run(store, run_id) is None:
+                raise
+            console.print(f"run {escape(run_id)} is queued (submitted, not started yet): it has no save point")
+            return
+        assert head is not None
+        if show_all or last == 0:
+            _history_all(console, store, run_id)
+            return
+        count = LAST_SAVES if last is None else last
+        first = from_seq if from_seq is not None else max(1, head.seq - count + 1)
+        page = paging.timeline_page(store, run_id, first, first + count - 1)
+        notes = ops.settlements(store, run_id, records=page.records) if _resumed(page.saves) else {}
+    _history_table(console, run_id, page.saves, notes, title=True)
+    shown = page.saves
+    oldest = page.first or 1
+    if shown and (shown[0].seq > oldest or shown[-1].seq < page.head):
+        before = f"--from {max(oldest, shown[0].seq - count)}" if shown[0].seq > oldest else ""
+        console.print(
+            f"save points {shown[0].seq}..{shown[-1].seq} of {page.head}; earlier or later: "
+            f"{before or '--from SEQ'}, or --all"
+        )
+    if page.problem:
+        console.print(f"[yellow]warning:[/] {escape(page.problem)}; the table stops at the last intact save point")
+
+
+def _resumed(saves: list[SaveInfo]) -> bool:
+    """Settlement notes start at a resume's save point (labels attempt/repaired)."""
+    return any(info.label in ("attempt", "repaired") for info in saves)
+
+
+def _history_table(
+    console: Console, run_id: str, saves: list[SaveInfo], notes: dict[int, list[str]], *, title: bool
+) -> None:
+    console.print(history_table(saves, title=f"save points of {escape(run_id)}" if title else None))
+    shown = {info.seq for info in saves}
     if any(seq in shown for seq in notes):
         console.print("crashes, and how each call left without a result was settled:")
     for seq, lines in notes.items():
         for line in lines if seq in shown else ():
             console.print(f"  save {seq}: {escape(line)}")
-    if view.problem:
-        console.print(f"[yellow]warning:[/] {escape(view.problem)}; the table stops at the last intact save point")
+
+
+def _history_all(console: Console, store: Store, run_id: str) -> None:
+    """Every save point, a page at a time (constant memory). Damage stops the stream there; the
+    whole-run decode then says what is wrong, as ``store.history`` reports it."""
+    first = True
+    try:
+        for saves in paging.iter_timeline(store, run_id):
+            _history_table(console, run_id, saves, {}, title=first)
+            first = False
+    except paging.Unusual:
+        decoded = store.decode(run_id, recover=True)
+        if first:  # nothing shown yet: the save points before the damage
+            _history_table(console, run_id, decoded.timeline, {}, title=True)
+        if decoded.problem:
+            console.print(
+                f"[yellow]warning:[/] {escape(decoded.problem)}; the table stops at the last intact save point"
+            )
 
 
 @main.command("export")
@@ -97,20 +192,35 @@ def history_command(run_id: str, tail: int, store_url: str) -> None:
 def export_command(run_id: str, out_path: Path | None, store_url: str) -> None:
     """Print a run's full state as JSON.
 
-    The JSON holds the run's fields, every message, its save points and its effect ledger."""
+    The JSON holds the run's fields, every message, its save points and its effect ledger. It
+    is written as it is read, a page of save records at a time (constant memory); with --out
+    it goes to a temporary file renamed at the end, so FILE is never left half written."""
     with ops.open_existing_store(store_url) as store:
-        document = ops.export_run(store, run_id)
-    text = json.dumps(document, ensure_ascii=False, indent=2)
-    if document["damaged"]:
-        click.echo(f"warning: {document['damaged']}; exported the last intact save point", err=True)
-    if out_path is None:
-        click.echo(text)
-        return
+        if out_path is None:
+            damaged = ops.export_run_to(store, run_id, sys.stdout.write)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            written = None
+        else:
+            damaged, written = _export_to_file(store, run_id, out_path)
+    if damaged:
+        click.echo(f"warning: {damaged}; exported the last intact save point", err=True)
+    if written is not None:
+        click.echo(f"wrote {out_path} ({written:,} bytes)", err=True)
+
+
+def _export_to_file(store: Store, run_id: str, out_path: Path) -> tuple[str | None, int]:
+    partial = out_path.with_name(f".{out_path.name}.partial")
     try:
-        out_path.write_text(text + "\n", encoding="utf-8")
+        with partial.open("w", encoding="utf-8") as out:
+            damaged = ops.export_run_to(store, run_id, out.write)
+            out.write("\n")
+        os.replace(partial, out_path)
+        return damaged, out_path.stat().st_size
     except OSError as exc:
         raise ConfigError(f"cannot write {out_path}: {exc.strerror or exc}") from exc
-    click.echo(f"wrote {out_path} ({len(text.encode()) + 1:,} bytes)", err=True)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 @main.command("import")

@@ -114,3 +114,38 @@ local expires = string.format('%.17g', now + tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], 'seq', cur[5] or '0', 'fence', fence, 'owner', ARGV[1], 'expires', expires)
 return {fence, expires}
 """
+
+# KEYS: rec. ARGV: after_seq, upto_seq. The list elements that may hold after < seq <= upto (the
+# caller filters), found by position, without reading the rest of the run: seqs ascend without
+# repeats, so the element at index i has seq >= first + i and nothing in range lies past index
+# upto - first. A lost element (damage) shifts the later ones left, so the start walks back while
+# the element before it is still in range. Read-only.
+RECORDS_BETWEEN = """
+local first = redis.call('LINDEX', KEYS[1], 0)
+if not first then return {} end
+local base = tonumber(string.match(first, '^%d+'))
+if not base then return redis.call('LRANGE', KEYS[1], 0, -1) end
+local after, upto, n = tonumber(ARGV[1]), tonumber(ARGV[2]), redis.call('LLEN', KEYS[1])
+local hi = math.min(upto - base, n - 1)
+if hi < 0 then return {} end
+local lo = math.min(math.max(after - base + 1, 0), n)
+while lo > 0 do
+    local seq = tonumber(string.match(redis.call('LINDEX', KEYS[1], lo - 1), '^%d+') or '')
+    if not seq then return redis.call('LRANGE', KEYS[1], 0, hi) end
+    if seq <= after then break end
+    lo = lo - 1
+end
+if hi < lo then return {} end
+return redis.call('LRANGE', KEYS[1], lo, hi)
+"""
+
+# KEYS: runs. ARGV: limit, cursor run id, cursor updated_at. The next members after the cursor
+# (score descending, then member descending: the sorted set's reverse order) as a flat list
+# member, score, ...; false when the cursor's run is not in the set at that score any more (the
+# caller then pages by score). Read-only.
+SUMMARIES_AFTER = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[2])
+if not score or tonumber(score) ~= tonumber(ARGV[3]) then return false end
+local rank = redis.call('ZREVRANK', KEYS[1], ARGV[2])
+return redis.call('ZREVRANGE', KEYS[1], rank + 1, rank + tonumber(ARGV[1]), 'WITHSCORES')
+"""

@@ -123,6 +123,21 @@ class Bucket:
         except botocore.exceptions.BotoCoreError as exc:
             raise self._fail(f"reading {name}", exc) from exc
 
+    def get_range(self, name: str, start: int, end: int) -> bytes | None:
+        """Bytes ``start`` to ``end`` (inclusive) of the object (fewer at its end; empty when
+        ``start`` is past it), or None when it does not exist. One ranged GET."""
+        try:
+            reply = self.client().get_object(Bucket=self.bucket, Key=self.key(name), Range=f"bytes={start}-{end}")
+            return bytes(reply["Body"].read())
+        except botocore.exceptions.ClientError as exc:
+            if _code(exc) in ("NoSuchKey", "404"):
+                return None
+            if _code(exc) == "InvalidRange" or _status(exc) == 416:
+                return b""
+            raise self._fail(f"reading {name}", exc) from exc
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._fail(f"reading {name}", exc) from exc
+
     def put(self, name: str, body: bytes, *, if_match: str | None = None, create_only: bool = False) -> str:
         """Write the object and return its new ETag. ``create_only``: only if no object has the
         name (If-None-Match: *); ``if_match``: only if its ETag is still this one. Either

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .. import codec
 from ..codec import EncodedSave, StoredRecord, checksum, dumps, loads
 from ..state import LedgerEntry, RunSummary
 
@@ -95,6 +96,29 @@ def entry_checksum(entry: LedgerEntry) -> str:
     return checksum(dumps(entry.to_json()))
 
 
+def is_snapshot(body: str | bytes) -> bool:
+    """Whether a record body is a full snapshot (its ``snapshot`` flag), for a backend that does
+    not store the flag beside the body. A damaged body is never a snapshot to start from."""
+    try:
+        record = loads(body)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and codec.is_snapshot(record)
+
+
+def newest_snapshot_between(backend: Backend, run_id: str, lowest: int, top: int) -> int:
+    """The seq of the newest snapshot record with ``lowest`` <= seq <= ``top`` (0: none), for a
+    backend that keeps no snapshot flag: reads backwards in widening bounded ranges (16 records,
+    then 32, ... up to 256 at a time), parsing only those bodies."""
+    step = 16
+    while top >= lowest:
+        for record in reversed(backend.records_between(run_id, top - step, top)):
+            if is_snapshot(record.body):
+                return record.seq
+        top, step = top - step, min(step * 2, 256)
+    return 0
+
+
 class Backend(ABC):
     """The primitives of one store. Safe to call from several threads at once.
 
@@ -135,11 +159,22 @@ class Backend(ABC):
     def records_after(self, run_id: str, after_seq: int = 0) -> list[StoredRecord]:
         """The run's records with seq > ``after_seq``, in seq order; [] when there are none."""
 
-    def snapshot_seq(self, run_id: str) -> int:
-        """The seq of the run's newest full snapshot record (0: none). Loading needs only it and
-        the records after it. Default: reads the run's records and looks for the flag from the
-        newest back (linear in the run); a backend that stores the flag answers in one query."""
+    def records_between(self, run_id: str, after_seq: int, upto_seq: int) -> list[StoredRecord]:
+        """The run's records with ``after_seq`` < seq <= ``upto_seq``, in seq order ([] when none).
+        Bounded: a backend reads only those records, whatever the run's length (paging: history,
+        export, the inspector). A record lost inside the range is left out or comes back failing
+        its checksum, as in ``records_after``. Default: filters ``records_after`` (unbounded;
+        every shipped backend overrides it; docs/stores.md lists what each one reads)."""
+        return [record for record in self.records_after(run_id, after_seq) if record.seq <= upto_seq]
+
+    def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int:
+        """The seq of the run's newest full snapshot record (0: none), or of the newest one at or
+        before ``upto_seq`` when given. Loading needs only it and the records after it. Default:
+        reads the run's records and looks for the flag from the newest back (linear in the run);
+        a backend that stores the flag answers in one query."""
         for record in reversed(self.records_after(run_id, 0)):
+            if upto_seq is not None and record.seq > upto_seq:
+                continue
             try:
                 if loads(record.body).get("snapshot") is True:
                     return record.seq
@@ -150,6 +185,18 @@ class Backend(ABC):
     @abstractmethod
     def list_summaries(self) -> list[RunSummary]:
         """The summary of every run that has records (any order)."""
+
+    def summaries_page(self, after: tuple[float, str] | None, limit: int) -> list[RunSummary]:
+        """Up to ``limit`` run summaries, most recently updated first (``updated_at`` descending,
+        then ``run_id`` descending), strictly after the cursor ``after`` = (updated_at, run_id)
+        of the last row of the previous page (None: the first page); a short page is the last.
+        A run saved between two pages moves ahead of the cursor: later pages do not show it (a
+        run whose ``updated_at`` went back could show twice). Bounded: a backend with an index
+        reads about ``limit`` rows. Default: sorts ``list_summaries`` (reads every run)."""
+        rows = sorted(self.list_summaries(), key=lambda row: (row.updated_at, row.run_id), reverse=True)
+        if after is not None:
+            rows = [row for row in rows if (row.updated_at, row.run_id) < after]
+        return rows[:limit]
 
     @abstractmethod
     def remove_run(self, run_id: str) -> None:
@@ -172,6 +219,17 @@ class Backend(ABC):
     @abstractmethod
     def list_entries(self, run_id: str) -> list[SealedEntry]:
         """Every entry of the run (any order)."""
+
+    def entries_page(self, run_id: str, before: tuple[float, str] | None, limit: int) -> list[SealedEntry]:
+        """Up to ``limit`` of the run's ledger entries, newest first (``created_at`` descending,
+        then ``key`` descending), strictly before the cursor ``before`` = (created_at, key) of the
+        last entry of the previous page (None: from the newest); a short page is the last.
+        Bounded where the ledger is indexed by (run_id, created_at) (SQLite, Postgres: about
+        ``limit`` rows). Default: sorts ``list_entries`` (reads every entry of the run)."""
+        rows = sorted(self.list_entries(run_id), key=lambda s: (s.entry.created_at, s.entry.key), reverse=True)
+        if before is not None:
+            rows = [s for s in rows if (s.entry.created_at, s.entry.key) < before]
+        return rows[:limit]
 
     @abstractmethod
     def delete_entries(self, run_id: str, keys: Sequence[str]) -> None:

@@ -3,6 +3,8 @@ as the durable stores (one lock makes every primitive atomic), nothing survives 
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import threading
 import time
 from collections.abc import Sequence
@@ -21,6 +23,10 @@ class _Run:
     snapshots: list[int] = field(default_factory=list)
     summary: RunSummary | None = None
     ledger: dict[str, SealedEntry] = field(default_factory=dict)
+
+
+def _seq(record: StoredRecord) -> int:
+    return record.seq
 
 
 class InMemoryStore(Store):
@@ -89,14 +95,34 @@ class InMemoryStore(Store):
             run = self._runs.get(run_id)
             return [r for r in run.records if r.seq > after_seq] if run is not None else []
 
-    def snapshot_seq(self, run_id: str) -> int:
+    def records_between(self, run_id: str, after_seq: int, upto_seq: int) -> list[StoredRecord]:
+        # Bounded: two binary searches on the run's records (kept in seq order).
         with self._lock:
             run = self._runs.get(run_id)
-            return run.snapshots[-1] if run is not None and run.snapshots else 0
+            if run is None:
+                return []
+            start = bisect.bisect_right(run.records, after_seq, key=_seq)
+            return run.records[start : bisect.bisect_right(run.records, upto_seq, key=_seq, lo=start)]
+
+    def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or not run.snapshots:
+                return 0
+            if upto_seq is None:
+                return run.snapshots[-1]
+            index = bisect.bisect_right(run.snapshots, upto_seq)  # one binary search
+            return run.snapshots[index - 1] if index else 0
 
     def list_summaries(self) -> list[RunSummary]:
         with self._lock:
             return [run.summary for run in self._runs.values() if run.summary is not None and run.records]
+
+    def summaries_page(self, after: tuple[float, str] | None, limit: int) -> list[RunSummary]:
+        """No index here (a test store): one pass over the runs keeping the ``limit`` newest
+        (O(runs) time)."""
+        rows = (row for row in self.list_summaries() if after is None or (row.updated_at, row.run_id) < after)
+        return heapq.nlargest(max(limit, 0), rows, key=lambda row: (row.updated_at, row.run_id))
 
     def remove_run(self, run_id: str) -> None:
         with self._lock:

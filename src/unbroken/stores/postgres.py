@@ -12,7 +12,9 @@ Every statement lives in ``sql/postgres/queries.sql`` and takes its values as bo
 A save point is one statement (so one atomic write): it advances the run's head only if the head
 and the fence token are still the ones the writer expects, and writes the record and the ledger
 rows only through that advance. Lease times come from the database clock, never the client's,
-so a worker whose clock is wrong cannot extend or steal a lease. The schema is created from
+so a worker whose clock is wrong cannot extend or steal a lease. A resume reads the run's records
+in one statement (one snapshot) walking the primary key, streamed in chunks of rows: memory stays
+bounded and the server sorts nothing (see ``iter_raw_records``). The schema is created from
 ``schema.sql`` or brought up to date by the numbered files in ``migrations/``, under an advisory
 lock, and each applied migration is recorded in ``unbroken_migrations``.
 """
@@ -24,7 +26,8 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
@@ -55,6 +58,15 @@ _MIGRATION_FILE = re.compile(r"(\d{4})_(\w+)\.sql")
 _LEDGER_FIELDS = ("key", "run_id", "call_id", "tool", "args_hash", "status", "attempts", "result")
 _LEDGER_TIMES = ("created_at", "updated_at")
 _RECORD_MIGRATION = "INSERT INTO unbroken_migrations (version, name) VALUES (%s, %s)"
+_MAX_SEQ = 2**63 - 1  # bigint's largest: "no upper bound" for a seq
+_STREAM_ROWS = 1000
+"""Rows per chunk when a resume streams a run's records (about 1.5 MB of the benchmark's turns)."""
+_CHUNKED_ROWS = psycopg.pq.version() >= 170000
+"""libpq 17 hands a streamed result over in chunks of rows; an older one only row by row."""
+_ORDERED_READ = "SET LOCAL enable_sort = off"
+"""Set in a read's transaction: reading a run in seq order walks the primary key (run_id, seq).
+Otherwise the planner sorts a long run's rows, spilling tens of MB to temp files (work_mem is
+4 MB by default), and sends nothing before the sort has ended."""
 
 
 # --------------------------------------------------------------------------- SQL files
@@ -206,17 +218,23 @@ class PostgresStore(Store):
         self._pid = os.getpid()
         try:
             with psycopg.connect(self.settings.conninfo, autocommit=True) as conn:
+                # The server answers: the pool makes its first connection in the background while
+                # the schema is checked, so the store's first operation finds one ready.
+                self._open_pool()
                 migrate(conn, self.schema)
         except psycopg.OperationalError as exc:
+            self.close()
             raise StoreUnavailable(
                 f"cannot connect to PostgreSQL at {self.settings.where}: {_one_line(exc)} -- check that the "
                 "server is running and reachable and that host, port, database, user and password in the "
                 "store URL are right"
             ) from exc
-        except psycopg.Error as exc:
+        except BaseException as exc:
+            self.close()
+            if not isinstance(exc, psycopg.Error):
+                raise
             where = self.settings.where
             raise StoreUnavailable(f"cannot prepare PostgreSQL store at {where}: {_one_line(exc)}") from exc
-        self._open_pool()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -263,11 +281,53 @@ class PostgresStore(Store):
             except psycopg.OperationalError as exc:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise StoreUnavailable(
-                        f"PostgreSQL at {self.settings.where} is unreachable ({_one_line(exc)}); gave up after "
-                        f"{self.settings.retry_for:g}s. The run is intact at its last save point."
-                    ) from exc
+                    raise self._unreachable(exc) from exc
                 retried = True
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 0.5)
+            except psycopg.Error as exc:
+                raise StoreUnavailable(f"PostgreSQL store at {self.settings.where}: {_one_line(exc)}") from exc
+
+    def _unreachable(self, exc: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"PostgreSQL at {self.settings.where} is unreachable ({_one_line(exc)}); gave up after "
+            f"{self.settings.retry_for:g}s. The run is intact at its last save point."
+        )
+
+    def _stream(self, op: Callable[[Conn], Generator[T]]) -> Iterator[T]:
+        """Yield what ``op(connection)`` yields, holding one connection until it ends or is
+        closed. A lost connection is retried like ``_run`` until the first item has come; after
+        that it raises ``StoreUnavailable`` (a read started again would be another snapshot,
+        and the reader has taken part of this one)."""
+        deadline = time.monotonic() + self.settings.retry_for
+        pause = 0.02
+        started = False
+        while True:
+            try:
+                with ExitStack() as stack:
+                    try:
+                        conn = stack.enter_context(self._get_pool().connection())
+                    except PoolTimeout:  # as in _run: one direct connection tells
+                        conn = stack.enter_context(psycopg.connect(self.settings.conninfo, autocommit=True))
+                    items = op(conn)
+                    stack.callback(items.close)  # op's statement ends before its connection goes back
+                    for first in items:
+                        started = True
+                        yield first
+                        break
+                    else:
+                        return
+                    yield from items  # (not one loop level more per item)
+                    return
+            except psycopg.OperationalError as exc:
+                left = deadline - time.monotonic()
+                if started:
+                    raise StoreUnavailable(
+                        f"lost the connection to PostgreSQL at {self.settings.where} in the middle of a read "
+                        f"({_one_line(exc)}); nothing was changed: try again"
+                    ) from exc
+                if left <= 0:
+                    raise self._unreachable(exc) from exc
                 time.sleep(min(pause, left))
                 pause = min(pause * 2, 0.5)
             except psycopg.Error as exc:
@@ -347,23 +407,52 @@ class PostgresStore(Store):
 
     def records_after(self, run_id: str, after_seq: int = 0) -> list[StoredRecord]:
         params = {"run_id": run_id, "after_seq": after_seq}
-        rows = self._run(lambda conn, _: conn.execute(Q["read_records_after"], params).fetchall())
+
+        def op(conn: Conn, _retried: bool) -> list[Any]:
+            with conn.transaction():
+                conn.execute(_ORDERED_READ)
+                return conn.execute(Q["read_records_after"], params).fetchall()
+
+        rows = self._run(op)
         return [StoredRecord(seq, body, checksum) for seq, body, checksum in rows]
 
     def iter_raw_records(self, run_id: str) -> Iterator[StoredRecord]:
         # Speed+scale override: the bodies as their UTF-8 bytes over the binary protocol (no
-        # decode to str here, no re-encode for the checksum), each let go once the loader has it.
-        def op(conn: Conn, _retried: bool) -> list[Any]:
-            with conn.cursor(binary=True) as cursor:
-                return cursor.execute(Q["read_records_raw"], {"run_id": run_id}).fetchall()
+        # decode to str here, no re-encode for the checksum), streamed: ONE statement (one
+        # snapshot of the run) walking the primary key in seq order, whose rows come over in
+        # chunks of _STREAM_ROWS as the server sends them. So memory stays bounded (a chunk and
+        # the socket's buffers, not the run), the first record is parsed while the rest is still
+        # on the wire (the loader's prefetch thread waits on the socket with the GIL released),
+        # and nothing is sorted on the server. Yields nothing for no run.
+        def op(conn: Conn) -> Generator[StoredRecord]:
+            params = {"run_id": run_id}
+            with conn.transaction(), ExitStack() as stack:
+                conn.execute(_ORDERED_READ)
+                rows: Iterator[tuple[Any, ...]]
+                if _CHUNKED_ROWS:
+                    cursor = stack.enter_context(conn.cursor(binary=True))
+                    rows = cursor.stream(Q["read_records_raw"], params, size=_STREAM_ROWS)
+                    # (a generator) closed on the way out: psycopg then cancels a stream left early
+                    stack.callback(getattr(rows, "close", lambda: None))
+                else:  # an older libpq: a server-side cursor, fetched _STREAM_ROWS at a time
+                    named = stack.enter_context(conn.cursor("unbroken_resume", binary=True))
+                    named.itersize = _STREAM_ROWS
+                    rows = iter(named.execute(Q["read_records_raw"], params))
+                for seq, body, checksum in rows:
+                    yield StoredRecord(seq, body, checksum)
 
-        rows = self._run(op)
-        for index, (seq, body, checksum) in enumerate(rows):
-            rows[index] = None
-            yield StoredRecord(seq, body, checksum)
+        return self._stream(op)
 
-    def snapshot_seq(self, run_id: str) -> int:
-        return int(self._run(lambda conn, _: _scalar(conn.execute(Q["snapshot_seq"], {"run_id": run_id}).fetchone())))
+    def records_between(self, run_id: str, after_seq: int, upto_seq: int) -> list[StoredRecord]:
+        # Bounded: a range scan of the primary key (run_id, seq).
+        params = {"run_id": run_id, "after_seq": after_seq, "upto_seq": min(upto_seq, _MAX_SEQ)}
+        rows = self._run(lambda conn, _: conn.execute(Q["read_records_between"], params).fetchall())
+        return [StoredRecord(seq, body, checksum) for seq, body, checksum in rows]
+
+    def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int:
+        # One probe of the partial index on snapshot records (migration 0005).
+        params = {"run_id": run_id, "upto_seq": _MAX_SEQ if upto_seq is None else min(upto_seq, _MAX_SEQ)}
+        return int(self._run(lambda conn, _: _scalar(conn.execute(Q["snapshot_seq"], params).fetchone())))
 
     def replace_records(self, run_id: str, saves: Sequence[EncodedSave], *, expect_seq: int, fence: int | None) -> None:
         last = saves[-1]
@@ -389,6 +478,15 @@ class PostgresStore(Store):
 
     def list_summaries(self) -> list[RunSummary]:
         rows = self._run(lambda conn, _: conn.execute(Q["list_runs"]).fetchall())
+        return [RunSummary(*row) for row in rows]
+
+    def summaries_page(self, after: tuple[float, str] | None, limit: int) -> list[RunSummary]:
+        # Bounded: about ``limit`` entries of the index on (updated_at, run_id), read backward.
+        params: dict[str, Any] = {"limit": max(limit, 0)}
+        if after is not None:
+            params.update(updated_at=float(after[0]), run_id=after[1])
+        query = Q["summaries_first" if after is None else "summaries_after"]
+        rows = self._run(lambda conn, _: conn.execute(query, params).fetchall())
         return [RunSummary(*row) for row in rows]
 
     def remove_run(self, run_id: str) -> None:
@@ -437,6 +535,16 @@ class PostgresStore(Store):
 
     def list_entries(self, run_id: str) -> list[SealedEntry]:
         rows = self._run(lambda conn, _: conn.execute(Q["ledger_list"], {"run_id": run_id}).fetchall())
+        return [_sealed(row) for row in rows]
+
+    def entries_page(self, run_id: str, before: tuple[float, str] | None, limit: int) -> list[SealedEntry]:
+        # newest first on the index unbroken_effects_run (run_id, created_at): about ``limit`` rows
+        if before is None:
+            query, params = Q["ledger_newest"], {"run_id": run_id, "limit": max(0, limit)}
+        else:
+            query = Q["ledger_before"]
+            params = {"run_id": run_id, "at": before[0], "key": before[1], "limit": max(0, limit)}
+        rows = self._run(lambda conn, _: conn.execute(query, params).fetchall())
         return [_sealed(row) for row in rows]
 
     def delete_entries(self, run_id: str, keys: Sequence[str]) -> None:

@@ -36,7 +36,7 @@ from ..errors import CorruptCheckpoint, InvalidStoreURL, StoreUnavailable
 from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunSummary
 from . import _redis_scripts as lua
 from ._redis_settings import LEVELS, check_durability, split_url, where_of
-from .backend import Durability, Refused, RunHead, SealedEntry, Submission, seal
+from .backend import Durability, Refused, RunHead, SealedEntry, Submission, newest_snapshot_between, seal
 from .base import UNCLAIMABLE_PHASES, ClaimedRun, Store
 
 T = TypeVar("T")
@@ -72,7 +72,10 @@ class RedisStore(Store):
         self._lock = threading.Lock()
         self._scripts = {
             name: self._client.register_script(getattr(lua, name))
-            for name in ("SWAP_HEAD", "WRITE_RECORD", "REPLACE_RECORDS", "WRITE_ENTRY", "ADD_SUBMISSION", "CLAIM")
+            for name in (
+                *("SWAP_HEAD", "WRITE_RECORD", "REPLACE_RECORDS", "WRITE_ENTRY", "ADD_SUBMISSION", "CLAIM"),
+                *("RECORDS_BETWEEN", "SUMMARIES_AFTER"),
+            )
         }
         self.durability = self._check_durability(level)
 
@@ -251,6 +254,31 @@ class RedisStore(Store):
             index.append((seq, check, len(body)))
         return PackedRecords(b"[" + b",".join(bodies) + b"]", index)
 
+    def records_between(self, run_id: str, after_seq: int, upto_seq: int) -> list[StoredRecord]:
+        # Bounded: one read-only script takes the list elements of the range by position (LRANGE).
+        script, keys = self._scripts["RECORDS_BETWEEN"], [self._key("rec", run_id)]
+        elements = self._call(lambda _: script(keys=keys, args=[str(int(after_seq)), str(int(upto_seq))]))
+        records = []
+        for element in elements:
+            seq, check, body = self._split(_raw(element))
+            if after_seq < seq <= upto_seq:
+                records.append(StoredRecord(seq, body.decode("utf-8", errors="replace"), check))
+        return records
+
+    def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int:
+        """The flag is inside each body (the list keeps seq, checksum, body): read back from
+        ``upto_seq`` (default: the newest) a few records at a time, parsing each body, until a
+        snapshot. Costs the records since the previous snapshot (``snapshot_every``: 50 by
+        default), not the run. Each step is one consistent read; a rewrite between two steps
+        may give an answer from either version (as any read racing a rewrite)."""
+        first = self._call(lambda _: self._client.lindex(self._key("rec", run_id), 0))
+        last = self._call(lambda _: self._client.lindex(self._key("rec", run_id), -1))
+        if first is None or last is None:
+            return 0
+        lowest = self._split(_raw(first))[0]
+        top = self._split(_raw(last))[0] if upto_seq is None else min(upto_seq, self._split(_raw(last))[0])
+        return newest_snapshot_between(self, run_id, lowest, top)
+
     def list_summaries(self) -> list[RunSummary]:
         run_ids = [_text(r) for r in self._call(lambda _: self._client.zrange(self._key("runs"), 0, -1))]
         fields = ("task", "phase", "turns", "tokens", "seq", "updated")
@@ -270,6 +298,56 @@ class RedisStore(Store):
                 RunSummary(run_id, _text(task), _text(phase), int(turns), int(tokens), int(seq), float(updated))
             )
         return summaries
+
+    def summaries_page(self, after: tuple[float, str] | None, limit: int) -> list[RunSummary]:
+        """Bounded: the ``runs`` sorted set is ordered by updated_at then run id, so a page is a
+        rank range after the cursor's run (O(log runs + limit)). When that run moved or went
+        since the last page, the page is taken by score instead, reading the runs tied at the
+        cursor's updated_at too. Summaries come from the heads, like ``list_summaries``."""
+        page: list[RunSummary] = []
+        fields = ("task", "phase", "turns", "tokens", "seq", "updated")
+        while len(page) < limit:
+            members = self._members_after(after, limit - len(page))
+            if not members:
+                break
+
+            def fetch(_: bool, members: list[tuple[str, float]] = members) -> list[Any]:
+                pipe = self._client.pipeline(transaction=False)
+                for run_id, _score in members:
+                    pipe.hmget(self._key("head", run_id), fields)
+                return pipe.execute()
+
+            for (run_id, _score), row in zip(members, self._call(fetch), strict=True):
+                task, phase, turns, tokens, seq, updated = row
+                if seq is not None and int(seq) > 0:  # else deleted since the page was read
+                    page.append(
+                        RunSummary(run_id, _text(task), _text(phase), int(turns), int(tokens), int(seq), float(updated))
+                    )
+            after = (members[-1][1], members[-1][0])
+        return page
+
+    def _members_after(self, after: tuple[float, str] | None, limit: int) -> list[tuple[str, float]]:
+        """Up to ``limit`` (run id, score) of the ``runs`` set strictly after ``after``, newest first."""
+        key = self._key("runs")
+        if after is None:
+            first: list[Any] = self._call(lambda _: self._client.zrevrange(key, 0, limit - 1, withscores=True))
+            return [(_text(member), float(score)) for member, score in first]
+        updated, run_id = after
+        script = self._scripts["SUMMARIES_AFTER"]
+        flat = self._call(lambda _: script(keys=[key], args=[str(limit), run_id, repr(float(updated))]))
+        if flat is not None:  # the script's false comes back as None: the cursor's run moved
+            return [(_text(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+        def by_score(_: bool) -> list[Any]:
+            pipe = self._client.pipeline(transaction=True)  # one consistent read of both ranges
+            pipe.zrevrangebyscore(key, updated, updated, withscores=True)  # the ties: run id decides
+            pipe.zrevrangebyscore(key, f"({updated!r}", "-inf", start=0, num=limit, withscores=True)
+            return pipe.execute()
+
+        ties, older = self._call(by_score)
+        mark = run_id.encode()
+        rows: list[Any] = [(m, s) for m, s in ties if _raw(m) < mark] + list(older)
+        return [(_text(member), float(score)) for member, score in rows[:limit]]
 
     def remove_run(self, run_id: str) -> None:
         def op(_: bool) -> None:

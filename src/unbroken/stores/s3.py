@@ -42,7 +42,7 @@ from ..state import Lease, RunSummary
 from ._s3_layout import Head, empty_head, pack, parse_url, summary_json, unpack
 from ._s3_ledger import S3Ledger, sealed_json
 from ._s3_objects import Bucket, PreconditionFailed
-from .backend import Refused, RunHead, SealedEntry, Submission, seal
+from .backend import Refused, RunHead, SealedEntry, Submission, newest_snapshot_between, seal
 from .base import UNCLAIMABLE_PHASES, ClaimedRun, Store
 
 PACK_EVERY = 64
@@ -51,6 +51,7 @@ MAX_SEGMENT = 4096
 """The most records one segment object holds (~5 MB at 1.2 KB a record)."""
 _CAS_ATTEMPTS = 20
 MISSING = "missing"  # the checksum of a record whose object is gone: it can never match
+_INDEX_PROBE = 64 * 1024  # bytes read first from a segment read in part: its index line, often some bodies
 
 
 class S3Store(S3Ledger, Store):
@@ -282,6 +283,73 @@ class S3Store(S3Ledger, Store):
             StoredRecord(seq, body.decode("utf-8", errors="replace"), check)
             for seq, check, body in self._records(run_id, after_seq)
         ]
+
+    def records_between(self, run_id: str, after_seq: int, upto_seq: int) -> list[StoredRecord]:
+        """Bounded: one head read, then only the objects the head names for the range: loose
+        records whole, a segment whole when it lies inside the range, else by two ranged GETs
+        (its index line, then the bytes of the records wanted)."""
+        records: list[tuple[int, str, bytes]] = []
+        for _ in range(_CAS_ATTEMPTS):
+            found = self._fetch_head(run_id)
+            if found is None:
+                return []
+            head = found[0]
+            spans = [s for s in head["segments"] if int(s[1]) > after_seq and int(s[0]) <= upto_seq]
+            spans += [[seq, seq, name] for seq, name in head["tail"] if after_seq < int(seq) <= upto_seq]
+            read = self.objects.parallel(lambda span: self._read_span(span, after_seq, upto_seq), spans)
+            records = [r for part in read for r in part if after_seq < r[0] <= upto_seq]
+            if all(check != MISSING for _, check, _ in records):
+                break
+            again = self._fetch_head(run_id)  # as in _records: packed or rewritten meanwhile?
+            if again is None or again[1] == found[1]:
+                break
+        return [StoredRecord(seq, body.decode("utf-8", errors="replace"), check) for seq, check, body in records]
+
+    def _read_span(self, span: Sequence[Any], after_seq: int, upto_seq: int) -> list[tuple[int, str, bytes]]:
+        """The records of one object ([first, last, name]) that may lie in the range."""
+        first, last, name = int(span[0]), int(span[1]), str(span[2])
+        if after_seq < first and last <= upto_seq:
+            return self._read_objects([span])
+        missing = [(seq, MISSING, b"") for seq in range(max(first, after_seq + 1), min(last, upto_seq) + 1)]
+        probe = self.objects.get_range(name, 0, _INDEX_PROBE - 1)
+        if probe is None:
+            return missing
+        end = probe.find(b"\n")
+        if end < 0:  # an index line longer than the probe (or damage): the whole object
+            whole = self.objects.get(name)
+            return unpack(whole[0], range(first, last + 1)) if whole is not None else missing
+        try:
+            index = [(int(seq), str(check), int(length)) for seq, check, length in json.loads(probe[:end])]
+        except (ValueError, TypeError):
+            return [(seq, "damaged", b"") for seq in range(first, last + 1)]
+        wanted, offset = [], end + 1
+        for seq, check, length in index:
+            if after_seq < seq <= upto_seq:
+                wanted.append((seq, check, offset, length))
+            offset += length
+        if not wanted:
+            return []
+        low, high = min(w[2] for w in wanted), max(w[2] + w[3] for w in wanted)
+        data: bytes | None = probe[low:high] if high <= len(probe) else b""
+        if high > len(probe) and high > low:
+            data = self.objects.get_range(name, low, high - 1)
+        if data is None:
+            return missing
+        return [(seq, check, data[at - low : at - low + length]) for seq, check, at, length in wanted]
+
+    def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int:
+        """The flag is inside each body (objects keep seq, checksum, body): read back from
+        ``upto_seq`` (default: the newest) a few records at a time with ``records_between``,
+        until a snapshot. Costs the records since the previous snapshot (``snapshot_every``:
+        50 by default) and a head read per step, not the run."""
+        found = self._fetch_head(run_id)
+        if found is None or int(found[0]["seq"]) == 0:
+            return 0
+        head = found[0]
+        firsts = [int(s[0]) for s in head["segments"]] + [int(seq) for seq, _ in head["tail"]]
+        lowest = min(firsts, default=1)
+        top = int(head["seq"]) if upto_seq is None else min(upto_seq, int(head["seq"]))
+        return newest_snapshot_between(self, run_id, lowest, top)
 
     def read_raw_records(self, run_id: str) -> list[StoredRecord]:
         records = [StoredRecord(seq, body, check) for seq, check, body in self._records(run_id, 0)]

@@ -19,9 +19,10 @@ import asyncio
 import contextlib
 import hmac
 import json
+import queue
 import secrets
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import asdict
 from importlib import resources
 from typing import Any
@@ -44,7 +45,7 @@ from ..errors import (
 )
 from ..state import check_run_id
 from ..stores.base import Store
-from .views import RunDetails, RunIndex, messages_before, run_page, timeline_before
+from .views import RunDetails, RunIndex, ledger_before, messages_before, run_page, timeline_before
 
 TOKEN_HEADER = "x-unbroken-token"
 _SECURITY_HEADERS = {
@@ -113,13 +114,12 @@ def create_app(
     actions: bool = False,
     token: str | None = None,
     hosts: frozenset[str] | None = None,
-    list_ttl: float = 2.0,
     poll_interval: float = 0.5,
 ) -> ASGIApp:
     """The inspector over an open ``store``. ``hosts``: the "host:port" values it answers to
     (None: any). ``token``: the action token (default: a new random one, in ``app.state.token``)."""
     lock = threading.RLock()
-    index = RunIndex(store, lock, list_ttl=list_ttl)
+    index = RunIndex(store, lock)
     details = RunDetails(store, lock)
     token = token or secrets.token_urlsafe(24)
 
@@ -188,6 +188,14 @@ def create_app(
         return timeline_before(
             details, request.path_params["run_id"], number(request, "before") or 0, number(request, "limit")
         )
+
+    def earlier_effects(request: Request) -> Any:
+        query = request.query_params
+        at = float(query.get("at") or "inf")
+        if at != at:  # NaN compares false with every entry
+            raise ValueError("at must be a number")
+        run_id, key = request.path_params["run_id"], query.get("key") or ""
+        return ledger_before(details, run_id, at, key, number(request, "limit"))
 
     async def events(request: Request) -> Response:
         run_id = check_run_id(request.path_params["run_id"])
@@ -273,8 +281,29 @@ def create_app(
         made = ops.fork(store, run_id, at=at, new_run_id=text(body, "new_run_id", False) or None)
         return {"run_id": made.run_id, "forked_from": made.forked_from, "at": made.at}
 
-    def export(run_id: str, body: dict[str, Any]) -> Any:
-        return ops.export_run(store, run_id)
+    async def export(request: Request) -> Response:
+        """The run's export (``ops.export_run``'s document), streamed as it is read: the server
+        holds a page of records and a few chunks, never the whole history."""
+        why = refusal(request, enabled=actions, token=token)
+        if why is not None:
+            return reply({"error": why}, 403)
+        try:
+            run_id = check_run_id(request.path_params["run_id"])
+            if not isinstance(await request.json(), dict):
+                raise ValueError("the body must be a JSON object")
+
+            def exists() -> bool:
+                with lock:
+                    return store.exists(run_id)
+
+            if not await run_in_threadpool(exists):
+                raise RunNotFound(f"no run {run_id!r} in {store.url}")
+        except UnbrokenError as exc:
+            return reply({"error": str(exc), "type": type(exc).__name__}, _status(exc))
+        except (ValueError, KeyError, TypeError) as exc:
+            return reply({"error": f"bad request: {exc}"}, 400)
+        headers = {**_SECURITY_HEADERS, "cache-control": "no-store"}
+        return StreamingResponse(_exported(store, run_id), media_type="application/json", headers=headers)
 
     routes = [
         Route("/", page("index.html", "text/html; charset=utf-8")),
@@ -285,16 +314,63 @@ def create_app(
         Route("/api/runs/{run_id}", guarded(run)),
         Route("/api/runs/{run_id}/messages", guarded(earlier_messages)),
         Route("/api/runs/{run_id}/timeline", guarded(earlier_saves)),
+        Route("/api/runs/{run_id}/ledger", guarded(earlier_effects)),
         Route("/api/runs/{run_id}/events", events),
         Route("/api/runs/{run_id}/resolve", action(resolve), methods=["POST"]),
         Route("/api/runs/{run_id}/approve", action(approve), methods=["POST"]),
         Route("/api/runs/{run_id}/deny", action(deny), methods=["POST"]),
         Route("/api/runs/{run_id}/fork", action(fork), methods=["POST"]),
-        Route("/api/runs/{run_id}/export", action(export), methods=["POST"]),
+        Route("/api/runs/{run_id}/export", export, methods=["POST"]),
     ]
     app = Starlette(routes=routes)
     app.state.token = token
     return HostCheck(app, hosts)
+
+
+def _exported(store: Store, run_id: str) -> Iterator[str]:
+    """``ops.export_run_to`` as an iterator of text chunks: a thread writes into a small queue
+    (so memory stays a few chunks), and stops if the client goes away."""
+    chunks: queue.Queue[str | None] = queue.Queue(maxsize=64)
+    gone = threading.Event()
+    failure: list[BaseException] = []
+
+    def put(text: str | None) -> None:
+        while not gone.is_set():
+            try:
+                chunks.put(text, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+        raise _ClientGone
+
+    def produce() -> None:
+        try:  # without the page lock: a slow download must not stall the other pages (stores are thread-safe)
+            ops.export_run_to(store, run_id, put)
+        except _ClientGone:
+            return
+        except BaseException as exc:  # reported as the stream's end, below
+            failure.append(exc)
+        with contextlib.suppress(_ClientGone):
+            put(None)
+
+    threading.Thread(target=produce, name="unbroken-ui-export", daemon=True).start()
+    try:
+        batch: list[str] = []
+        while (text := chunks.get()) is not None:
+            batch.append(text)
+            if len(batch) >= 256 or chunks.empty():
+                yield "".join(batch)
+                batch = []
+        if batch:
+            yield "".join(batch)
+        if failure:
+            raise failure[0]  # the response is cut short: the client sees an incomplete document
+    finally:
+        gone.set()
+
+
+class _ClientGone(Exception):
+    """The export's reader went away: its writer stops."""
 
 
 def answered_hosts(host: str, port: int) -> frozenset[str] | None:

@@ -1,42 +1,46 @@
 """What the inspector's pages show, as plain JSON-ready data, built only from the store and ``ops``.
 
-Two costs matter and are bounded here:
+Every page is a bounded read of the store; nothing reads a whole run or every run:
 
-* **The runs list.** A store lists runs with one read of its small per-run summaries (no
-  messages): ``store.list_runs()``, O(runs). ``RunIndex`` keeps that list sorted newest first and
-  serves pages from it with a keyset cursor (``updated_at`` and ``run_id`` of the last row shown):
-  a page is a binary search plus ``limit`` rows, so 100,000 runs cost one list read at start and
-  then one in the background at most every ``list_ttl`` seconds, never one per page. Filters scan
-  the copy in memory. Only the rows on the page get a lease read.
-* **One run.** ``RunDetails`` decodes the run once per new save point (keyed by the store's
-  head ``seq``, a few runs cached), then pages the conversation and the timeline out of it: a
-  10,000-turn run sends its last ``MESSAGES_PAGE`` messages and ``TIMELINE_PAGE`` save points;
-  older ones are fetched on demand.
+* **The runs list.** One page is one ``store.summaries_page(cursor, limit)`` (newest first, keyset
+  cursor: ``updated_at`` and ``run_id`` of the last row shown), plus a lease read per row shown.
+  A filtered page (phase, text, needs attention) scans summaries newest first, ``SCAN_ROWS`` at
+  most per request: it shows what matched among them and hands back a cursor to scan on, so a
+  page may hold fewer than ``limit`` rows (even none) while more may match further on. The store's
+  run count is not shown (counting is a read of every run). Queued runs (submitted, not started:
+  they have no summary yet) are listed on the first page, read with ``ops.queued_runs``.
+* **One run.** ``RunDetails`` reads the run's tail (``paging.read_tail``: the newest snapshot and
+  the saves after it), its last ``TIMELINE_PAGE`` save points (``paging.timeline_page``) and its
+  last ``MESSAGES_PAGE`` messages (``paging.messages_page``), once per new save point (keyed by
+  the store's head ``seq``, a few runs cached). Older save points and messages are read from the
+  store a page at a time on demand. A run those readers cannot judge alone (damaged, or needing a
+  migration) is read whole with ``store.decode(recover=True)`` and paged in memory, as before.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
 import threading
-import time
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .. import ops
+from .. import ops, paging
 from ..codec import Decoded
 from ..errors import RunNotFound
 from ..leases import owner_is_dead
-from ..state import RunState, RunSummary, SaveInfo
+from ..state import RunState, RunSummary, SaveInfo, check_run_id
 from ..stores.base import Store
-from .conversation import render_messages
+from .conversation import render_message
 
 ATTENTION_PHASES = frozenset({"paused", "awaiting_approval", "failed", "damaged"})
 """Phases in which a run waits for a person or has ended badly: the "needs attention" filter."""
 MESSAGES_PAGE = 100
 TIMELINE_PAGE = 200
+LEDGER_PAGE = ops.LEDGER_PAGE
 MAX_PAGE = 500
+SCAN_ROWS = 10_000
+"""Run summaries a filtered list page looks at, at most, per request (one ``summaries_page``)."""
 
 
 def save_kind(label: str) -> str:
@@ -64,57 +68,27 @@ def save_kind(label: str) -> str:
 Listed = RunSummary | ops.QueuedRun
 
 
-def _key(run: Listed) -> tuple[float, str]:
-    """Newest first, then by run id: the order of the list and of its keyset cursor."""
-    at = run.submitted_at if isinstance(run, ops.QueuedRun) else run.updated_at
-    return (-at, run.run_id)
-
-
 def _phase(run: Listed) -> str:
     return "queued" if isinstance(run, ops.QueuedRun) else run.phase
 
 
 def encode_cursor(key: tuple[float, str]) -> str:
-    return f"{-key[0]!r}:{key[1]}"  # run ids never hold ':'
+    return f"{key[0]!r}:{key[1]}"  # run ids never hold ':'
 
 
 def decode_cursor(cursor: str) -> tuple[float, str]:
     at, _, run_id = cursor.partition(":")
-    return (-float(at), run_id)
+    return (float(at), run_id)
 
 
 class RunIndex:
-    """The store's run list, cached for ``list_ttl`` seconds, paged with a keyset cursor."""
+    """The store's runs, newest first, a page per ``store.summaries_page`` (keyset cursor)."""
 
-    def __init__(self, store: Store, lock: threading.RLock, *, list_ttl: float = 2.0) -> None:
-        self.store, self.lock, self.list_ttl = store, lock, list_ttl
-        self._list: tuple[list[Listed], list[tuple[float, str]]] = ([], [])
-        """The runs, sorted, and their sort keys: replaced as one (a reader never mixes two reads)."""
-        self._read_at = -1.0
-        self._reading = threading.Event()
-
-    def rows(self) -> tuple[list[Listed], list[tuple[float, str]]]:
-        """The sorted list; past ``list_ttl`` the copy in hand is served while a thread reads a new one."""
-        if self._read_at < 0:
-            self._read()
-        elif time.monotonic() - self._read_at > self.list_ttl and not self._reading.is_set():
-            self._reading.set()
-            threading.Thread(target=self._read, name="unbroken-ui-list", daemon=True).start()
-        return self._list
-
-    def _read(self) -> None:
-        try:
-            with self.lock:
-                listed = ops.list_all_runs(self.store)
-            keyed = sorted((_key(run), run) for run in listed)  # run ids are unique: runs are never compared
-            self._list = ([run for _, run in keyed], [key for key, _ in keyed])
-            self._read_at = time.monotonic()
-        finally:
-            self._reading.clear()
+    def __init__(self, store: Store, lock: threading.RLock) -> None:
+        self.store, self.lock = store, lock
 
     def refresh(self) -> None:
-        """Read the list again at the next page (after an action changed a run)."""
-        self._read_at = -1.0
+        """Nothing is cached: every page is read from the store (kept for the actions' callers)."""
 
     def page(
         self,
@@ -126,27 +100,46 @@ class RunIndex:
         limit: int = 50,
     ) -> dict[str, Any]:
         """One page of runs, newest first, and the cursor of the next page (None at the end)."""
-        rows, keys = self.rows()
-        start = bisect.bisect_right(keys, decode_cursor(after)) if after else 0
         needle = text.lower() if text else None
-        picked: list[int] = []
-        more = False
-        for at in range(start, len(rows)):
-            run = rows[at]
+
+        def wanted(run: Listed) -> bool:
             if phase and _phase(run) != phase:
-                continue
+                return False
             if attention and _phase(run) not in ATTENTION_PHASES:
-                continue
-            if needle and needle not in run.task.lower() and needle not in run.run_id.lower():
-                continue
-            if len(picked) == limit:
-                more = True
+                return False
+            return not needle or needle in run.task.lower() or needle in run.run_id.lower()
+
+        queued: list[Listed] = []
+        if after is None and "claim" in self.store.capabilities:
+            with self.lock:  # not started: no summary row yet; few, and read whole (ops.queued_runs)
+                queued.extend(run for run in ops.queued_runs(self.store) if wanted(run))
+        cursor = decode_cursor(after) if after else None
+        filtered = bool(phase or needle or attention)
+        picked: list[Listed] = []
+        scanned, next_cursor = 0, None
+        while phase != "queued":
+            ask = limit - len(picked) + 1 if not filtered else SCAN_ROWS - scanned
+            with self.lock:
+                rows = self.store.summaries_page(cursor, ask)
+            scanned += len(rows)
+            beyond = False
+            for row in rows:
+                if len(picked) == limit:
+                    beyond = True  # a row past the page: there is a next one
+                    break
+                cursor = (row.updated_at, row.run_id)
+                if wanted(row):
+                    picked.append(row)
+            if beyond or (len(rows) == ask and (len(picked) == limit or scanned >= SCAN_ROWS)):
+                next_cursor = cursor  # a filtered scan that stopped at SCAN_ROWS goes on from here
                 break
-            picked.append(at)
+            if len(rows) < ask:
+                break  # the end of the list
+        picked = queued + picked
         return {
-            "runs": [self._with_lease(rows[at]) for at in picked],
-            "next": encode_cursor(keys[picked[-1]]) if more and picked else None,
-            "total": len(rows),
+            "runs": [self._with_lease(run) for run in picked],
+            "next": encode_cursor(next_cursor) if next_cursor is not None else None,
+            "scanned": scanned,
         }
 
     def _with_lease(self, run: Listed) -> dict[str, Any]:
@@ -159,7 +152,7 @@ class RunIndex:
             "phase": _phase(run),
             "turns": 0 if isinstance(run, ops.QueuedRun) else run.turns,
             "tokens_used": 0 if isinstance(run, ops.QueuedRun) else run.tokens_used,
-            "updated_at": -_key(run)[0],
+            "updated_at": run.submitted_at if isinstance(run, ops.QueuedRun) else run.updated_at,
             "needs_attention": _phase(run) in ATTENTION_PHASES,
             "lease": _lease(lease),
         }
@@ -179,18 +172,76 @@ def _lease(lease: Any) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------- one run
 
 
+class Timeline:
+    """Save points of a run as the page shows them: ``saves`` (oldest first), ``starts[i]`` the
+    index of the first message ``saves[i]`` wrote, ``tokens_before`` the tokens used before the
+    first of them, and the settlement notes by seq."""
+
+    def __init__(
+        self, saves: list[SaveInfo], starts: list[int], notes: dict[int, list[str]], tokens_before: int = 0
+    ) -> None:
+        self.saves, self.starts, self.notes, self.tokens_before = saves, starts, notes, tokens_before
+        self.seqs = [info.seq for info in saves]
+
+    def __len__(self) -> int:
+        return len(self.saves)
+
+    def entry(self, i: int) -> dict[str, Any]:
+        info = self.saves[i]
+        before = self.saves[i - 1].tokens_used if i > 0 else self.tokens_before
+        return {
+            "seq": info.seq,
+            "label": info.label,
+            "kind": save_kind(info.label),
+            "phase": info.phase,
+            "turns": info.turns,
+            "tokens": info.tokens_used,
+            "tokens_added": max(0, info.tokens_used - before),
+            "messages": [self.starts[i], self.starts[i] + info.messages_added],
+            "at": info.at,
+            "snapshot": info.snapshot,
+            "notes": self.notes.get(info.seq, []),
+        }
+
+    def rows(self, start: int, end: int) -> list[dict[str, Any]]:
+        return [self.entry(i) for i in range(max(0, start), min(len(self.saves), end))]
+
+    def writer_of(self, message_index: int) -> int | None:
+        """Position of the save point that wrote message ``message_index`` (None: not in these)."""
+        at = bisect.bisect_right(self.starts, message_index) - 1
+        while at >= 0 and self.saves[at].messages_added == 0:
+            at -= 1  # several saves may start at the same index: the one that added messages
+        if at < 0 or message_index >= self.starts[at] + self.saves[at].messages_added:
+            return None
+        return at
+
+    def crashes(self) -> int:
+        return sum(1 for info in self.saves if save_kind(info.label) == "reconcile")
+
+
+def _resumed(saves: list[SaveInfo]) -> bool:
+    """Settlement notes start at a resume's save point (labels attempt/repaired, see
+    ``ops.settlements``): a page without one has none, and skips a pass over its records."""
+    return any(save_kind(info.label) == "reconcile" for info in saves)
+
+
 @dataclass
 class Detail:
-    """One decoded run and what the page needs from it, for one head ``seq``."""
+    """One run as its page shows it first, for one head ``seq``."""
 
     seq: int
     view: ops.RunView
     timeline: Timeline
-    notes: dict[int, list[str]]
+    """The last ``TIMELINE_PAGE`` save points (every one when ``whole`` is set)."""
+    timeline_count: int
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """The last ``MESSAGES_PAGE`` messages, rendered, with the save that wrote each."""
+    whole: Decoded | None = None
+    """Set when the run was read whole (damaged, or needing a migration): pages come from it."""
 
 
 class RunDetails:
-    """Decoded runs, cached per (run, head seq); a new save point invalidates the entry."""
+    """Runs as their pages show them, cached per (run, head seq); a new save point invalidates."""
 
     def __init__(self, store: Store, lock: threading.RLock, *, keep: int = 4) -> None:
         self.store, self.lock, self.keep = store, lock, keep
@@ -209,63 +260,92 @@ class RunDetails:
                 self._cache.move_to_end(run_id)
                 return cached
             try:
-                decoded: Decoded | None = self.store.decode(run_id, recover=True)  # read once, for both
-            except RunNotFound:
-                decoded = None  # maybe queued: inspect_run says
-            view = ops.inspect_run(self.store, run_id, decoded=decoded)
-            # Settlement notes start at a resume's save point (labels attempt/repaired, see
-            # ops.settlements): a run that never resumed has none, and skips a pass over its records.
-            resumed = decoded is not None and any(save_kind(info.label) == "reconcile" for info in view.timeline)
-            notes = ops.settlements(self.store, run_id, decoded=decoded) if resumed and decoded else {}
-            detail = Detail(seq, view, Timeline(view.timeline, notes), notes)
+                detail = self._paged(run_id, seq)
+            except paging.Unusual:
+                detail = self._whole(run_id, seq)
             self._cache[run_id] = detail
             while len(self._cache) > self.keep:
                 self._cache.popitem(last=False)
             return detail
 
+    def _paged(self, run_id: str, seq: int) -> Detail:
+        """The run's tail, last save points and last messages: bounded reads."""
+        try:
+            decoded = paging.read_tail(self.store, run_id, recover=True)
+        except RunNotFound:
+            view = ops.inspect_run(self.store, run_id, decoded=None, ledger=LEDGER_PAGE)
+            return Detail(seq, view, Timeline([], [], {}), 0)
+        if decoded.problem is not None:
+            raise paging.Unusual(decoded.problem)  # damaged: read whole, shown as before
+        view = ops.inspect_run(self.store, run_id, decoded=decoded, ledger=LEDGER_PAGE)
+        assert view.state is not None
+        head = decoded.last_seq
+        page = paging.timeline_page(self.store, run_id, head - TIMELINE_PAGE, head)
+        if page.problem is not None:
+            raise paging.Unusual(page.problem)
+        timeline = _timeline_of(self.store, run_id, page, drop_first=len(page.saves) > TIMELINE_PAGE)
+        first = timeline.saves[0].seq if timeline.saves else head
+        count = head - first + 1 if first <= 1 else head - paging.first_seq(self.store, run_id, head) + 1
+        total = len(view.state.messages)
+        shown = paging.messages_page(self.store, run_id, total - MESSAGES_PAGE, total)
+        return Detail(seq, view, timeline, count, _rendered(view.state.provider, shown))
 
-class Timeline:
-    """A run's save points as the page shows them, built per row on demand (a 10,000-turn run
-    has 20,000 save points; a page shows 200)."""
+    def _whole(self, run_id: str, seq: int) -> Detail:
+        """The run read whole, as before paging (damage, migration): paged in memory."""
+        try:
+            decoded: Decoded | None = self.store.decode(run_id, recover=True)
+        except RunNotFound:
+            decoded = None  # maybe queued: inspect_run says
+        view = ops.inspect_run(self.store, run_id, decoded=decoded, ledger=LEDGER_PAGE)
+        if decoded is None or view.state is None:
+            return Detail(seq, view, Timeline([], [], {}), 0)
+        saves = decoded.timeline
+        notes = ops.settlements(self.store, run_id, decoded=decoded) if _resumed(saves) else {}
+        timeline = Timeline(saves, [record["msg_start"] for record in decoded.records], notes)
+        total = len(view.state.messages)
+        detail = Detail(seq, view, timeline, len(saves), whole=decoded)
+        detail.messages = _window(view.state, total - MESSAGES_PAGE, total, timeline)
+        return detail
 
-    def __init__(self, saves: list[SaveInfo], notes: dict[int, list[str]]) -> None:
-        self.saves, self.notes = saves, notes
-        self.seqs = [info.seq for info in saves]
-        self.starts = list(itertools.accumulate((info.messages_added for info in saves), initial=0))
-        """``starts[i]``: index of the first message save ``i`` wrote."""
 
-    def __len__(self) -> int:
-        return len(self.saves)
+def _timeline_of(store: Store, run_id: str, page: paging.TimelinePage, *, drop_first: bool) -> Timeline:
+    """``page`` as the page shows it; ``drop_first``: its first save was read only for the tokens
+    used before the next one."""
+    notes = ops.settlements(store, run_id, records=page.records) if _resumed(page.saves) else {}
+    saves, starts, before = page.saves, page.starts, 0
+    if drop_first and saves:
+        saves, starts, before = saves[1:], starts[1:], saves[0].tokens_used
+    return Timeline(saves, starts, notes, before)
 
-    def entry(self, i: int) -> dict[str, Any]:
-        info = self.saves[i]
-        before = self.saves[i - 1].tokens_used if i > 0 else 0
-        return {
-            "seq": info.seq,
-            "label": info.label,
-            "kind": save_kind(info.label),
-            "phase": info.phase,
-            "turns": info.turns,
-            "tokens": info.tokens_used,
-            "tokens_added": max(0, info.tokens_used - before),
-            "messages": [self.starts[i], self.starts[i + 1]],
-            "at": info.at,
-            "snapshot": info.snapshot,
-            "notes": self.notes.get(info.seq, []),
-        }
 
-    def rows(self, start: int, end: int) -> list[dict[str, Any]]:
-        return [self.entry(i) for i in range(max(0, start), min(len(self.saves), end))]
+def _rendered(provider: str, page: paging.MessagesPage) -> list[dict[str, Any]]:
+    """A page of messages as the conversation shows them: parts, the save that wrote each, and
+    the tokens its model turn used."""
+    rendered = []
+    for offset, message in enumerate(page.messages):
+        item = render_message(provider, page.start + offset, message)
+        writer = page.writers[offset]
+        item["seq"] = writer.seq
+        if save_kind(writer.label) == "model" and item["role"] == "assistant":
+            item["tokens"] = page.tokens_added[offset]
+        rendered.append(item)
+    return rendered
 
-    def writer_of(self, message_index: int) -> int | None:
-        """Position of the save point that wrote message ``message_index``."""
-        at = min(bisect.bisect_right(self.starts, message_index) - 1, len(self.saves) - 1)
-        while 0 <= at < len(self.saves) and self.saves[at].messages_added == 0:
-            at -= 1  # several saves may start at the same index: the one that added messages
-        return at if 0 <= at < len(self.saves) else None
 
-    def crashes(self) -> int:
-        return sum(1 for info in self.saves if save_kind(info.label) == "reconcile")
+def _window(state: RunState, start: int, end: int, timeline: Timeline) -> list[dict[str, Any]]:
+    """Messages ``start..end`` of a run held whole, with their writers from ``timeline``."""
+    start, end = max(0, start), min(len(state.messages), end)
+    rendered = []
+    for index in range(start, max(start, end)):
+        message = render_message(state.provider, index, state.messages[index])
+        at = timeline.writer_of(index)
+        if at is not None:
+            entry = timeline.entry(at)
+            message["seq"] = entry["seq"]
+            if entry["kind"] == "model" and message["role"] == "assistant":
+                message["tokens"] = entry["tokens_added"]
+        rendered.append(message)
+    return rendered
 
 
 def _clamp(limit: int | None, default: int) -> int:
@@ -282,7 +362,6 @@ def run_page(details: RunDetails, run_id: str) -> dict[str, Any]:
         return {"run_id": run_id, "queued": asdict(queued) if queued else None, "seq": 0}
     state = view.state
     timeline = detail.timeline
-    count = len(state.messages)
     return {
         "run_id": run_id,
         "seq": detail.seq,
@@ -303,53 +382,74 @@ def run_page(details: RunDetails, run_id: str) -> dict[str, Any]:
         "business_state": state.business_state,
         "business_state_version": state.business_state_version,
         "lease": _lease(view.lease),
-        "message_count": count,
-        "messages": messages_window(state, count - MESSAGES_PAGE, count, timeline),
-        "timeline_count": len(timeline),
+        "message_count": len(state.messages),
+        "messages": detail.messages,
+        "timeline_count": detail.timeline_count,
         "timeline": timeline.rows(len(timeline) - TIMELINE_PAGE, len(timeline)),
         "crashes": timeline.crashes(),
         "ledger": [entry.to_json() for entry in view.ledger],
+        "ledger_earlier": view.ledger_earlier,
         "unsettled": _unsettled(state, view),
         "approvals": _approvals(run_id, state),
     }
 
 
-def messages_window(state: RunState, start: int, end: int, timeline: Timeline | None = None) -> list[dict[str, Any]]:
-    start, end = max(0, start), min(len(state.messages), end)
-    rendered = render_messages(state.provider, state.messages, start, max(start, end))
-    if timeline is not None:
-        # the save point that wrote each message, and the tokens its model turn used
-        for message in rendered:
-            at = timeline.writer_of(message["index"])
-            if at is not None:
-                entry = timeline.entry(at)
-                message["seq"] = entry["seq"]
-                if entry["kind"] == "model" and message["role"] == "assistant":
-                    message["tokens"] = entry["tokens_added"]
-    return rendered
-
-
 def messages_before(details: RunDetails, run_id: str, before: int, limit: int | None) -> dict[str, Any]:
+    """The messages before index ``before``, read from the store (a page of records)."""
     detail = details.get(run_id)
     state = detail.view.state
     if state is None:
         return {"messages": [], "start": 0}
-    size = _clamp(limit, MESSAGES_PAGE)
-    start = max(0, before - size)
-    return {"messages": messages_window(state, start, before, detail.timeline), "start": start}
+    start = max(0, before - _clamp(limit, MESSAGES_PAGE))
+    if detail.whole is not None:
+        return {"messages": _window(state, start, before, detail.timeline), "start": start}
+    with details.lock:
+        try:
+            page = paging.messages_page(details.store, run_id, start, before)
+        except paging.Unusual:
+            details._cache.pop(run_id, None)  # read whole from now on (damage found): the next call says
+            return messages_before(_whole_details(details, run_id), run_id, before, limit)
+    return {"messages": _rendered(state.provider, page), "start": start}
 
 
 def timeline_before(details: RunDetails, run_id: str, before_seq: int, limit: int | None) -> dict[str, Any]:
-    timeline = details.get(run_id).timeline
-    end = bisect.bisect_left(timeline.seqs, before_seq)
-    return {"timeline": timeline.rows(end - _clamp(limit, TIMELINE_PAGE), end)}
+    """The save points before ``before_seq``, read from the store (a page of records)."""
+    detail = details.get(run_id)
+    size = _clamp(limit, TIMELINE_PAGE)
+    if detail.whole is not None or detail.view.state is None:
+        timeline = detail.timeline
+        end = bisect.bisect_left(timeline.seqs, before_seq)
+        return {"timeline": timeline.rows(end - size, end)}
+    with details.lock:
+        page = paging.timeline_page(details.store, run_id, before_seq - size - 1, before_seq - 1)
+        if page.problem is not None:
+            details._cache.pop(run_id, None)
+            return timeline_before(_whole_details(details, run_id), run_id, before_seq, limit)
+        timeline = _timeline_of(details.store, run_id, page, drop_first=len(page.saves) > size)
+    return {"timeline": timeline.rows(0, len(timeline))}
+
+
+def ledger_before(details: RunDetails, run_id: str, at: float, key: str, limit: int | None) -> dict[str, Any]:
+    """The ledger entries just older than (``at``, ``key``) (the oldest entry shown), oldest
+    first, read from the store (``store.ledger_page``); ``earlier``: older ones exist still."""
+    size = _clamp(limit, LEDGER_PAGE)
+    with details.lock:
+        page = details.store.ledger_page(check_run_id(run_id), before=(at, key), limit=size + 1)
+    return {"ledger": [entry.to_json() for entry in page[:size][::-1]], "earlier": len(page) > size}
+
+
+def _whole_details(details: RunDetails, run_id: str) -> RunDetails:
+    """``details`` with ``run_id`` read whole (a page found damage the tail did not show)."""
+    with details.lock:
+        details._cache[run_id] = details._whole(run_id, details.head_seq(run_id))
+    return details
 
 
 def _unsettled(state: RunState, view: ops.RunView) -> list[dict[str, Any]]:
     """Calls left without a result that a person may settle (``ops.resolve_call``)."""
     if state.phase != "paused":
         return []
-    ledger = {entry.key: entry for entry in view.ledger}
+    ledger = view.call_entries
     calls = []
     for call in state.dangling_calls():
         entry = ledger.get(call.idempotency_key)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from unbroken.codec import EncodedSave, encode_full
 from unbroken.errors import ConcurrentSave, InvalidStoreURL, LeaseHeld, LeaseLost, StoreUnavailable
 from unbroken.state import LedgerEntry, RunState
 from unbroken.stores import open_store
-from unbroken.stores.postgres import PostgresStore, migrate, migrations
+from unbroken.stores.postgres import _ORDERED_READ, PostgresStore, Q, migrate, migrations
 
 FINAL = {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "usage": {}}
 
@@ -221,3 +222,33 @@ def test_migration_files_are_numbered_without_gaps() -> None:
     assert versions == list(range(1, len(versions) + 1))
     folder = Path(__file__).parents[3] / "src/unbroken/stores/sql/postgres/migrations"
     assert len(list(folder.glob("*.sql"))) == len(versions)
+
+
+def test_the_resume_read_is_one_ordered_stream_and_a_read_left_early_leaves_the_store_usable(
+    pg_store: PostgresStore,
+) -> None:
+    saves = [save(seq) for seq in range(1, 2502)]  # more than two chunks of the stream
+    pg_store.rewrite("r1", saves, expect_seq=0)
+    streamed = pg_store.iter_raw_records("r1")
+    assert next(iter(streamed)).seq == 1
+    assert isinstance(streamed, Generator)
+    streamed.close()  # psycopg cancels the rest; the connection goes back clean
+    pg_store.append(save(2502), expect_seq=2501)
+
+    records = list(pg_store.iter_raw_records("r1"))
+    assert [r.seq for r in records] == list(range(1, 2503))
+    assert [(r.seq, r.body, r.checksum) for r in records] == [
+        (r.seq, r.body.encode() if isinstance(r.body, str) else r.body, r.checksum) for r in pg_store.read_records("r1")
+    ]
+    assert pg_store.load("r1").save_seq == 2502
+    assert list(pg_store.iter_raw_records("no-such-run")) == []
+
+
+def test_reading_a_run_in_seq_order_walks_the_primary_key_and_sorts_nothing(pg_store: PostgresStore) -> None:
+    pg_store.rewrite("r1", [save(seq) for seq in range(1, 301)], expect_seq=0)
+    with connect(pg_store.schema) as conn, conn.transaction():
+        conn.execute("ANALYZE unbroken_records")  # with fresh statistics the planner's own choice is a sort
+        conn.execute(_ORDERED_READ)
+        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + Q["read_records_raw"], {"run_id": "r1"}))
+    assert "Index Scan using unbroken_records_pkey" in plan
+    assert "Sort" not in plan

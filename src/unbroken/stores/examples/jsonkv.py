@@ -4,6 +4,9 @@ It shows what a new backend needs and nothing more: the primitives of ``backend.
 key-value place; every rule (leases, fencing, damage detection, submit/claim) comes from
 ``Store``. One lock serialises the primitives, so it is for one process (no ``multi_process``).
 Each file is written to a temporary name, fsynced and renamed, so a write is whole or absent.
+The paging reads are kept simple: ``records_between`` opens one file per seq of the range,
+``snapshot_seq`` reads flags back from the newest record to the previous snapshot, and
+``summaries_page`` is ``Backend``'s default (reads every head and sorts: linear in the runs).
 
 Layout under the root::
 
@@ -143,6 +146,35 @@ class JsonKVStore(Store):
                 data = self._get(folder / f"{seq}.json")
                 records.append(StoredRecord(seq, data["body"], data["checksum"]))
             return records
+
+    def records_between(self, run_id: str, after_seq: int, upto_seq: int) -> list[StoredRecord]:
+        # Simple and bounded: one file per seq of the range (a missing one is left out, as above).
+        with self._lock:
+            head = self._head_file(run_id)
+            folder = self._run(run_id) / f"g{head.get('gen', 0)}"
+            records = []
+            for seq in range(max(after_seq, 0) + 1, min(upto_seq, head["seq"]) + 1):
+                data = self._get(folder / f"{seq}.json")
+                if data is not None:
+                    records.append(StoredRecord(seq, data["body"], data["checksum"]))
+            return records
+
+    def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int:
+        # Simple: the record files' snapshot flags, newest first (reads back to the previous snapshot).
+        with self._lock:
+            head = self._head_file(run_id)
+            folder = self._run(run_id) / f"g{head.get('gen', 0)}"
+            top = head["seq"] if upto_seq is None else min(upto_seq, head["seq"])
+            for seq in range(top, 0, -1):
+                try:
+                    data = self._get(folder / f"{seq}.json")
+                except ValueError:  # a damaged file is never a snapshot to start from
+                    continue
+                if isinstance(data, dict) and data.get("snapshot") is True:
+                    return seq
+            return 0
+
+    # summaries_page: Backend's simple version (reads every head and sorts; fine for an example).
 
     def list_summaries(self) -> list[RunSummary]:
         with self._lock:

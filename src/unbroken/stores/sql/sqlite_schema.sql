@@ -1,5 +1,8 @@
--- unbroken's SQLite schema, version 2. Applied (in one write transaction) only when a store file is
--- new or older: opening an up-to-date file never takes the write lock.
+-- unbroken's SQLite schema, version 3. Applied (in one write transaction) only when a store file is
+-- new or older: opening an up-to-date file never takes the write lock. Every statement is
+-- idempotent (IF NOT EXISTS), so upgrading a version 2 file runs this same script (version 3
+-- added only the unbroken_append view and its trigger). Statements end with ';' at the end of
+-- a line; the loader cuts them with sqlite3.complete_statement (a trigger body holds ';').
 -- One row per run: the cheap summary for listings, plus the lease (owner, fence, expiry).
 CREATE TABLE IF NOT EXISTS unbroken_runs (
     run_id        TEXT PRIMARY KEY,
@@ -53,4 +56,28 @@ CREATE TABLE IF NOT EXISTS unbroken_queue (
     agent        TEXT,
     submitted_at REAL NOT NULL
 );
-INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '2');
+-- A save in ONE autocommitted statement (what SQLiteStore.write_record does for an existing run
+-- with no ledger entries): INSERT INTO unbroken_append (...) VALUES (...). The trigger moves the
+-- run's head and summary only if the head is at expect_seq and, when fence is not NULL, the
+-- fence matches; otherwise RAISE(ABORT) undoes the whole statement (nothing written). Then it
+-- inserts the record. The statement is its own transaction, so the head and the record commit
+-- together, in fewer round trips than BEGIN IMMEDIATE + UPDATE + INSERT + COMMIT. The view
+-- never holds rows (WHERE 0); it only names the statement's columns.
+CREATE VIEW IF NOT EXISTS unbroken_append AS
+    SELECT run_id, seq, label, snapshot, body, checksum,
+           NULL AS expect_seq, NULL AS fence, NULL AS task, NULL AS phase, NULL AS turns,
+           NULL AS tokens_used, NULL AS updated_at
+    FROM unbroken_records WHERE 0;
+
+CREATE TRIGGER IF NOT EXISTS unbroken_append_insert INSTEAD OF INSERT ON unbroken_append
+BEGIN
+    UPDATE unbroken_runs
+       SET head_seq = NEW.seq, task = NEW.task, phase = NEW.phase, turns = NEW.turns,
+           tokens_used = NEW.tokens_used, updated_at = NEW.updated_at
+     WHERE run_id = NEW.run_id AND head_seq = NEW.expect_seq AND (NEW.fence IS NULL OR fence = NEW.fence);
+    SELECT RAISE(ABORT, 'unbroken: refused') WHERE changes() = 0;
+    INSERT INTO unbroken_records (run_id, seq, label, snapshot, body, checksum)
+    VALUES (NEW.run_id, NEW.seq, NEW.label, NEW.snapshot, NEW.body, NEW.checksum);
+END;
+
+INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '3');

@@ -25,10 +25,10 @@ that acknowledged writes are there for a second store; override ``reopen(store)`
 cannot be opened that way.
 
 Every test states one behaviour in its name. The suite uses only the public ``Store`` API and
-the backend primitives (``read_head``, ``swap_head``, ``records_after``, ``snapshot_seq``,
-``list_entries``), so it runs unchanged on any backend. It is composed of one class per topic
-(records, tail reads, atomicity rules A1-A7, damage, leases and fences, effect ledger, submit and
-claim, run ids), each in its own module.
+the backend primitives (``read_head``, ``swap_head``, ``records_after``, ``records_between``,
+``snapshot_seq``, ``summaries_page``, ``list_entries``), so it runs unchanged on any backend. It
+is composed of one class per topic (records, tail reads, paged reads, atomicity rules A1-A7,
+damage, leases and fences, effect ledger, submit and claim, run ids), each in its own module.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from ._claims import ClaimContract
 from ._corruption import CorruptionContract
 from ._leases import LeasesContract
 from ._ledger import LedgerContract
+from ._paging import PagingContract
 from ._records import RecordsContract
 from ._run_ids import RunIdContract
 from ._support import BAD_RUN_IDS, MESSAGES, RunWriter, ledger_entry
@@ -47,6 +48,7 @@ from ._tail import TailContract
 class StoreContract(
     RecordsContract,
     TailContract,
+    PagingContract,
     AtomicityContract,
     CorruptionContract,
     LeasesContract,

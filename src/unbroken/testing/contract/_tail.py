@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ... import window
-from ...codec import Encoder, encode_full, loads
+from ...codec import Encoder, encode_full, fold_fields, is_snapshot, loads
 from ...stores.base import Store
 from ._base import ContractBase
 from ._support import RunWriter, comparable
@@ -29,10 +29,10 @@ def _snapshot_run(store: Store, run_id: str) -> RunWriter:
 
 
 def _fold_fields(bodies: list[Any]) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] | None = None
     for body in bodies:
-        fields = dict(body["fields"]) if body["snapshot"] else {**fields, **body["fields"]}
-    return fields
+        fields = fold_fields(fields, body)
+    return fields or {}
 
 
 class TailContract(ContractBase):
@@ -83,7 +83,7 @@ class TailContract(ContractBase):
         tail = store.records_after("run-fold", store.snapshot_seq("run-fold") - 1)
 
         bodies = [loads(_text(record.body)) for record in tail]
-        assert bodies[0]["snapshot"] and len(bodies) < len(store.read_records("run-fold"))
+        assert is_snapshot(bodies[0]) and len(bodies) < len(store.read_records("run-fold"))
         whole = store.load("run-fold").small_fields()
         assert _fold_fields(bodies) == whole
 

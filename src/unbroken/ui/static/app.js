@@ -85,13 +85,16 @@ async function runsPage() {
       (h, i) => el("th", { class: i === 3 || i === 4 ? "num" : null }, h)))), body);
   main().replaceChildren(el("h1", {}, "Runs"), form, total, table, more);
   let cursor = null;
+  let shown = 0;
   async function load() {
     const query = new URLSearchParams(params);
     if (cursor) query.set("after", cursor);
     const page = await getJSON("/api/runs?" + query.toString());
-    total.textContent = `${fmtNum(page.total)} run(s) in the store`;
+    shown += page.runs.length;
+    // a page is one bounded read of the store: the store's run count is not read (it would read every run)
+    total.textContent = `${fmtNum(shown)} run(s) shown, newest first` + (page.next ? "; more below" : "");
     for (const run of page.runs) body.append(runRow(run));
-    if (!page.runs.length && !cursor) body.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No run matches.")));
+    if (!shown && !page.next) body.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No run matches.")));
     cursor = page.next;
     more.hidden = !cursor;
   }
@@ -187,7 +190,7 @@ function facts(run) {
     fact("turns", fmtNum(run.turns), "turns"),
     fact("tokens", fmtNum(run.tokens_used), "tokens"),
     fact("save points", fmtNum(run.timeline_count)),
-    fact("crashes resumed", fmtNum(run.crashes), "crashes"),
+    fact(run.timeline_count > run.timeline.length ? `crashes resumed (last ${fmtNum(run.timeline.length)} save points)` : "crashes resumed", fmtNum(run.crashes), "crashes"),
     fact("provider", run.provider),
     fact("usage (whole run)", el("span", { class: "mono", id: "usage" },
       Object.entries(run.usage || {}).map(([name, n]) => `${name.replace(/_tokens$/, "")} ${fmtNum(n)}`).join(" · ") || "none")),
@@ -341,18 +344,35 @@ function conversation(run) {
   return [earlier, box];
 }
 
+function ledgerRows(entries) {
+  return entries.map((entry) => el("tr", { "data-key": entry.key },
+    el("td", {}, entry.tool),
+    el("td", { class: "mono" }, entry.call_id),
+    el("td", { class: "status-" + entry.status }, entry.status),
+    el("td", { class: "num" }, entry.attempts),
+    el("td", { class: "mono" }, entry.key),
+    el("td", {}, entry.result ? el("pre", {}, entry.result.content) : ""),
+    el("td", {}, fmtTime(entry.updated_at))));
+}
+
 function ledger(run) {
+  // the newest entries (oldest first); "Earlier side effects" reads the page before them
   if (!run.ledger.length) return el("p", { class: "muted" }, "No side effect recorded.");
-  return el("table", { id: "ledger" },
+  const body = el("tbody", {}, ledgerRows(run.ledger));
+  const table = el("table", { id: "ledger" },
     el("thead", {}, el("tr", {}, ["tool", "call", "status", "attempts", "idempotency key", "result", "updated"].map((h) => el("th", {}, h)))),
-    el("tbody", {}, run.ledger.map((entry) => el("tr", { "data-key": entry.key },
-      el("td", {}, entry.tool),
-      el("td", { class: "mono" }, entry.call_id),
-      el("td", { class: "status-" + entry.status }, entry.status),
-      el("td", { class: "num" }, entry.attempts),
-      el("td", { class: "mono" }, entry.key),
-      el("td", {}, entry.result ? el("pre", {}, entry.result.content) : ""),
-      el("td", {}, fmtTime(entry.updated_at))))));
+    body);
+  if (!run.ledger_earlier) return table;
+  const earlier = el("button", { class: "secondary more", id: "earlier-effects" }, "Earlier side effects");
+  let oldest = run.ledger[0];
+  earlier.onclick = async () => {
+    const query = `at=${encodeURIComponent(oldest.created_at)}&key=${encodeURIComponent(oldest.key)}`;
+    const page = await getJSON(`/api/runs/${encodeURIComponent(run.run_id)}/ledger?${query}`);
+    body.prepend(...ledgerRows(page.ledger));
+    if (page.ledger.length) oldest = page.ledger[0];
+    if (!page.earlier || !page.ledger.length) earlier.remove();
+  };
+  return [earlier, table];
 }
 
 // ---------------------------------------------------------------- routing

@@ -111,6 +111,15 @@ SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_
 SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum
   FROM unbroken_effects WHERE run_id = %(run_id)s ORDER BY created_at, key
 
+-- name: ledger_newest
+SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum
+  FROM unbroken_effects WHERE run_id = %(run_id)s ORDER BY created_at DESC, key COLLATE "C" DESC LIMIT %(limit)s
+
+-- name: ledger_before
+SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum
+  FROM unbroken_effects WHERE run_id = %(run_id)s AND (created_at, key COLLATE "C") < (%(at)s, %(key)s)
+  ORDER BY created_at DESC, key COLLATE "C" DESC LIMIT %(limit)s
+
 -- name: ledger_delete
 DELETE FROM unbroken_effects WHERE run_id = %(run_id)s AND key = ANY(%(keys)s)
 
@@ -142,7 +151,23 @@ SELECT seq, body, checksum FROM unbroken_records WHERE run_id = %(run_id)s AND s
 SELECT seq, convert_to(body, 'UTF8'), checksum FROM unbroken_records WHERE run_id = %(run_id)s ORDER BY seq
 
 -- name: snapshot_seq
-SELECT coalesce(max(seq), 0) FROM unbroken_records WHERE run_id = %(run_id)s AND snapshot
+-- One probe of the partial index unbroken_records_snapshots (backward, first row).
+SELECT coalesce(max(seq), 0) FROM unbroken_records WHERE run_id = %(run_id)s AND snapshot AND seq <= %(upto_seq)s
+
+-- name: read_records_between
+SELECT seq, body, checksum FROM unbroken_records
+ WHERE run_id = %(run_id)s AND seq > %(after_seq)s AND seq <= %(upto_seq)s ORDER BY seq
+
+-- name: summaries_first
+-- A page of the listing: the index unbroken_runs_updated (updated_at, run_id), read backward.
+SELECT run_id, task, phase, turns, tokens_used, head_seq, updated_at
+  FROM unbroken_runs WHERE head_seq > 0
+ ORDER BY updated_at DESC, run_id DESC LIMIT %(limit)s
+
+-- name: summaries_after
+SELECT run_id, task, phase, turns, tokens_used, head_seq, updated_at
+  FROM unbroken_runs WHERE head_seq > 0 AND (updated_at, run_id) < (%(updated_at)s, %(run_id)s)
+ ORDER BY updated_at DESC, run_id DESC LIMIT %(limit)s
 
 -- name: add_submission
 -- Queue a run unless it is queued already (no row back: it was). A row made by a lease or a save

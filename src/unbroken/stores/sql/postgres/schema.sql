@@ -18,7 +18,7 @@ CREATE TABLE unbroken_runs (
 CREATE INDEX unbroken_runs_runnable ON unbroken_runs (submitted_at, run_id)
     WHERE submitted_at IS NOT NULL
       AND (phase IS NULL OR phase NOT IN ('awaiting_approval', 'completed', 'failed', 'max_turns', 'paused'));
-CREATE INDEX unbroken_runs_updated ON unbroken_runs (updated_at DESC) WHERE head_seq > 0;
+CREATE INDEX unbroken_runs_updated ON unbroken_runs (updated_at, run_id) WHERE head_seq > 0;
 
 -- The append-only log: one row per save point, written once, never updated.
 CREATE TABLE unbroken_records (
@@ -30,6 +30,7 @@ CREATE TABLE unbroken_records (
     checksum text    NOT NULL,
     PRIMARY KEY (run_id, seq)
 );
+CREATE INDEX unbroken_records_snapshots ON unbroken_records (run_id, seq) WHERE snapshot;
 
 -- The effect ledger: one row per idempotency key.
 CREATE TABLE unbroken_effects (
