@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import paging
-from .codec import Decoded, fold_fields, loads, save_info
-from .errors import RunNotFound
+from .codec import Decoded, fold_fields, save_info
+from .errors import CorruptCheckpoint, RunNotFound
 from .state import TERMINAL_PHASES, LedgerEntry, SaveInfo, check_run_id
 from .stores.base import Store
 
@@ -86,7 +86,14 @@ def follow(
             continue
         saves = []
         for record in store.records_after(run_id, last_seq):
-            body = loads(record.body)
+            try:  # checked like every other read (size, CRC, shape): a damaged record is never shown
+                body = paging.parse_record(record.seq, record.body, record.checksum, same_schema=False)
+            except paging.Unusual as exc:
+                raise CorruptCheckpoint(
+                    f"run {run_id!r} changed under watch into something only a whole read can judge ({exc}); "
+                    f"nothing was changed: `unbroken history {run_id} --all` says what is wrong",
+                    last_good_seq=last_seq,
+                ) from None
             fields = fold_fields(fields, body)  # snapshot replaces, delta updates (format v2 completed)
             saves.append(save_info(body, fields))
             last_seq = record.seq

@@ -14,7 +14,7 @@ import pytest
 from test_store_contract import open_postgres, open_redis, open_s3
 
 from unbroken.codec import StoredRecord, checksum
-from unbroken.errors import StoreUnavailable
+from unbroken.errors import CorruptCheckpoint, StoreUnavailable
 from unbroken.state import RunSummary
 from unbroken.stores import open_store
 from unbroken.stores.base import Store
@@ -99,8 +99,10 @@ def test_redis_store_reads_a_later_range_without_reading_older_records(tmp_path:
     client, key = store._client, store._key("rec", "run-long")  # type: ignore[attr-defined]
     client.lset(key, 5, b"not a record")  # the element of save 6 no longer parses
 
-    with pytest.raises(ValueError):
-        store.records_after("run-long", 0)  # the whole run needs it: the damage is real
+    with pytest.raises(CorruptCheckpoint, match="damaged header"):
+        store.records_after("run-long", 0)  # the whole run needs it: the damage is real, and typed
+    with pytest.raises(CorruptCheckpoint):
+        store.load("run-long")
 
     assert _intact(store.records_between("run-long", 7, 40), written) == list(range(8, 41))
     assert _intact(store.records_between("run-long", 250, 260), written) == list(range(251, 261))

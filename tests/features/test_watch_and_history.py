@@ -4,6 +4,7 @@ and how each call left without a result was settled (issue 11 item 5)."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -16,7 +17,7 @@ from features_crash import CHILD, child
 
 from unbroken import open_store, ops
 from unbroken.cli import main
-from unbroken.errors import RunInterrupted
+from unbroken.errors import CorruptCheckpoint, RunInterrupted
 from unbroken.watching import Update
 
 
@@ -109,3 +110,23 @@ def test_history_of_a_run_that_never_crashed_has_no_notes(tmp_path: Path) -> Non
     make_agent(url, outbox, SCRIPT, approval=False).run("Email a and b", run_id="r1")
     with open_store(url) as store:
         assert ops.settlements(store, "r1") == {}
+
+
+def test_follow_never_shows_a_record_that_fails_its_checksum(tmp_path: Path) -> None:
+    url, outbox = f"sqlite:///{tmp_path / 'runs.db'}", str(tmp_path / "outbox.jsonl")
+    agent = make_agent(url, outbox, SCRIPT)
+    with pytest.raises(RunInterrupted):
+        agent.run("Email a and b", run_id="r1", stop=stopped_at_once())
+    with open_store(url) as store:
+        ticks: list[Update] = []
+
+        def between_polls(seconds: float) -> None:
+            if len(ticks) == 1:
+                agent.run(run_id="r1")  # the run moves on while it is watched ...
+                with sqlite3.connect(tmp_path / "runs.db") as conn:  # ... and its newest record is damaged
+                    conn.execute("UPDATE unbroken_records SET checksum = '00000000' WHERE seq = 2")
+
+        with pytest.raises(CorruptCheckpoint, match="only a whole read can judge"):
+            for update in ops.follow(store, "r1", interval=0, timeout=30, sleep=between_polls):
+                ticks.append(update)
+    assert len(ticks) == 1

@@ -223,8 +223,15 @@ class RedisStore(Store):
 
     @staticmethod
     def _split(element: bytes) -> tuple[int, str, bytes]:
-        seq, check, body = element.split(b" ", 2)
-        return int(seq), check.decode(), body
+        try:
+            seq, check, body = element.split(b" ", 2)
+            return int(seq), check.decode(), body
+        except ValueError:  # (UnicodeDecodeError too) the element's "seq checksum " header is damaged
+            raise CorruptCheckpoint(
+                f"a save record in Redis has a damaged header ({bytes(element[:40])!r}...): its seq and checksum "
+                "cannot be read; nothing was changed. Restore the run from a backup, or `unbroken recover` it",
+                last_good_seq=None,
+            ) from None
 
     def records_after(self, run_id: str, after_seq: int = 0) -> list[StoredRecord]:
         records = []
