@@ -60,6 +60,8 @@ def test_history_shows_the_last_50_by_default_and_pages_with_from_and_all(place:
     assert f"save points {head - 49}..{head} of {head}" in result.stdout and "--all" in result.stdout
     result = invoke("history", "long", "--from", "10", "--last", "5", "--store", place.url)
     assert table_seqs(result.stdout) == [10, 11, 12, 13, 14]
+    result = invoke("history", "long", "--from", str(head + 1), "--store", place.url)
+    assert result.exit_code == 2 and f"has save points 1..{head}; there is nothing from {head + 1} on" in result.output
     result = invoke("history", "long", "--tail", "3", "--store", place.url)
     assert table_seqs(result.stdout) == every[-3:]
     result = invoke("history", "long", "--all", "--store", place.url)

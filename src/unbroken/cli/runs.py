@@ -132,6 +132,11 @@ def history_command(run_id: str, last: int | None, from_seq: int | None, show_al
         if show_all or last == 0:
             _history_all(console, store, run_id)
             return
+        if from_seq is not None and from_seq > head.seq:
+            raise click.BadParameter(
+                f"run {run_id!r} has save points 1..{head.seq}; there is nothing from {from_seq} on",
+                param_hint="--from",
+            )
         count = LAST_SAVES if last is None else last
         first = from_seq if from_seq is not None else max(1, head.seq - count + 1)
         page = paging.timeline_page(store, run_id, first, first + count - 1)

@@ -161,13 +161,8 @@ class Store(Backend):
         packed = self.read_packed(run_id)
         try:
             if packed is None:
-                records = self._streamed_records(run_id)
-                try:
-                    decoded = decode(run_id, records, recover=recover, migrations=migrations, keep_records=keep_records)
-                finally:  # (decode closes it too) the reading thread ends before anything else is read
-                    close = getattr(records, "close", None)
-                    if close is not None:
-                        close()
+                records = self.iter_raw_records(run_id)
+                decoded = decode(run_id, records, recover=recover, migrations=migrations, keep_records=keep_records)
             else:
                 decoded = decode(
                     run_id,
@@ -195,26 +190,6 @@ class Store(Backend):
                 )
             decoded.corrupt_seq, decoded.problem = decoded.last_seq + 1, problem
         return decoded
-
-    prefetch_from: int | None = None
-    """Opt-in: a run of at least this many save points (e.g. 1024) is read by a background thread
-    while the loader parses it (``stores.prefetch``), when the backend streams its records
-    (overrides ``iter_raw_records``). None (the default): never. Measured at 10,000 turns on a
-    busy 2-vCPU machine it did not pay on SQLite, PostgreSQL (loopback) or the file store: the
-    loader's thread time fell by ~30%, the wall time did not (the read's GIL-free part is small
-    and the handover costs GIL time); it may pay where the read mostly waits (a distant server)."""
-
-    def _streamed_records(self, run_id: str) -> Iterable[StoredRecord]:
-        """The run's records for ``decode``: ``iter_raw_records``, fetched ahead in a thread for
-        a long run of a streaming backend. The same records, order and errors either way."""
-        if self.prefetch_from is None or type(self).iter_raw_records is Store.iter_raw_records:
-            return self.iter_raw_records(run_id)
-        head = self.read_head(run_id)
-        if head is None or head.seq < self.prefetch_from:
-            return self.iter_raw_records(run_id)
-        from .prefetch import Prefetch
-
-        return Prefetch(self.iter_raw_records(run_id), name=f"unbroken-read-{run_id}"[:60])
 
     def load(self, run_id: str, *, recover: bool = False) -> RunState:
         """The run's state at its last save point. Raises ``RunNotFound``, ``CorruptCheckpoint``

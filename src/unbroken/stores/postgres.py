@@ -422,7 +422,7 @@ class PostgresStore(Store):
         # snapshot of the run) walking the primary key in seq order, whose rows come over in
         # chunks of _STREAM_ROWS as the server sends them. So memory stays bounded (a chunk and
         # the socket's buffers, not the run), the first record is parsed while the rest is still
-        # on the wire (the loader's prefetch thread waits on the socket with the GIL released),
+        # on the wire,
         # and nothing is sorted on the server. Yields nothing for no run.
         def op(conn: Conn) -> Generator[StoredRecord]:
             params = {"run_id": run_id}

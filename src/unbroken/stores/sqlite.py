@@ -344,7 +344,7 @@ class SQLiteStore(Store):
         # as bytes (CAST AS BLOB: no decode here). The loader parses each record and drops its
         # bytes, so a resume peaks at about the parsed state (a packed read of all bodies at
         # once peaked near twice that, and was slower with orjson). Yields nothing for no run.
-        # (Read ahead in a thread (``Store.prefetch_from``), or in chunks of records per statement
+        # (Read ahead in a thread (measured, not kept: docs/benchmarks.md), or in chunks of records per statement
         # with the GIL released for the whole chunk, it was no faster at 10,000 turns: the GIL-free
         # part of a read from the page cache is too small.)
         with self._lock, self._translate():
