@@ -64,7 +64,7 @@ reliability: $(STAMP)  ## long crash sweeps, random kills, fault loops; then eve
 
 bench: $(STAMP)  ## benchmarks, printed as tables
 	$(PY) -m pip install --quiet -e '.[bench]'
-	$(PY) benchmarks/run.py
+	$(PY) benchmarks/run.py --readme README.md  # prints the tables and writes them into README.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -6,7 +6,8 @@ then times a fresh ``Agent.run(run_id=...)`` from ``Popen`` to its model request
 with it, in the same loop:
 
 * the floor: a fresh ``python`` that imports unbroken and parses the history once with the
-  fastest parser unbroken ships (orjson), i.e. what any resume must at least do;
+  fastest parser unbroken ships, i.e. what any resume must at least do: both orjson and
+  msgspec are timed in every repeat and the faster median is the floor;
 * the textbook approach: a fresh ``python`` that ``json.loads`` its one state file.
 
 Memory: the resumer's peak resident set at its model request minus its peak after
@@ -92,11 +93,16 @@ def spawn_to_done(code: str) -> float:
     return float(done.stdout.strip().splitlines()[-1]) - started
 
 
-def floor_code(history: Path) -> str:
+PARSERS = {"orjson": ("orjson", "orjson.loads"), "msgspec": ("msgspec.json", "msgspec.json.decode")}
+"""The JSON parsers unbroken ships (both are required dependencies): the floor takes the faster."""
+
+
+def floor_code(history: Path, parser: str = "orjson") -> str:
+    module, call = PARSERS[parser]
     return (
-        "import time, unbroken, orjson\n"
+        f"import time, unbroken, {module}\n"
         f"with open({str(history)!r}, 'rb') as f:\n"
-        "    messages = orjson.loads(f.read())\n"
+        f"    messages = {call}(f.read())\n"
         "print(time.monotonic())\n"
     )
 
@@ -150,7 +156,7 @@ def measure(workdir: Path, turns: int, repeats: int, history: Path) -> list[Cras
     write_textbook_state(state_file, turns)
     ours: list[float] = []
     memory: list[float] = []
-    floors: list[float] = []
+    floors: dict[str, list[float]] = {parser: [] for parser in PARSERS}
     textbook: list[float] = []
     for _ in range(repeats):
         kill_victim(url, run_id)
@@ -161,14 +167,21 @@ def measure(workdir: Path, turns: int, repeats: int, history: Path) -> list[Cras
             raise RuntimeError(f"the resumed model was sent {report['messages']} messages, not {2 * turns + 1}")
         ours.append(report["seconds"])
         memory.append(report["memory_mb"])
-        floors.append(spawn_to_done(floor_code(history)))
+        for parser, times in floors.items():
+            times.append(spawn_to_done(floor_code(history, parser)))
         textbook.append(spawn_to_done(textbook_code(state_file)))
     json_mb = json_memory_mb(history)
-    floor = statistics.median(floors)
+    fastest = min(floors, key=lambda parser: statistics.median(floors[parser]))
+    floor = statistics.median(floors[fastest])
     for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), state_file):
         path.unlink(missing_ok=True)
     return [
-        CrashRow("floor: python + import unbroken + orjson.loads of the history", turns, floor, floor_seconds=floor),
+        CrashRow(
+            f"floor: python + import unbroken + {PARSERS[fastest][1]} of the history (the faster of orjson, msgspec)",
+            turns,
+            floor,
+            floor_seconds=floor,
+        ),
         CrashRow(
             "unbroken sqlite full",
             turns,

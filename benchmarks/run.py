@@ -75,6 +75,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--strict", action="store_true", help="exit 1 if a target fails")
     add("--dir", type=Path, default=None, help="where to put the databases (default: a temp dir)")
     add("--json", type=Path, default=None, help="also write every figure to this JSON file")
+    add("--readme", type=Path, default=None, help="also write the tables and verdicts into this file's marked block")
     return parser.parse_args(argv)
 
 
@@ -133,43 +134,63 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     _link_langgraph_crash(results)
     elapsed = time.perf_counter() - started
+    verdicts = report.targets(results, turns_list)
+    text = _report_text(results, agent_rows, import_self, _header(turns_list, repeats, elapsed))
     print()
-    print(_header(turns_list, repeats, elapsed))
+    print(text)
     print()
-    print(report.main_table(results.rows, results.raw))
-    print(
+    print("\n".join(verdicts))
+    if args.json is not None:
+        _write_json(args.json, results, verdicts)
+    if args.readme is not None:
+        _update_readme(args.readme, text, verdicts)
+    return 0 if not args.strict or all(line.startswith("PASS") for line in verdicts) else 1
+
+
+def _report_text(results: Results, agent_rows: list[bench_agent.AgentResult], import_self: float, header: str) -> str:
+    """Every table and figure of the run, as printed (and as written into the README)."""
+    out = [header, "", report.main_table(results.rows, results.raw)]
+    out.append(
         "\nload ms: the run loaded in a fresh process whose store is already open (unbroken rows; the "
         "peers' rows include their sqlite3.connect). store open ms: opening that store just before "
         "(driver import, connect, schema check), which a fresh run pays as well: shown, not counted "
         "in load / json.loads."
     )
     if results.crash:
-        print("\nCost of a crash (issue 12 goal 1, issue 16 goal 1):\n")
-        print(report.crash_table(results.crash))
+        out += ["\nCost of a crash (issue 12 goal 1, issue 16 goal 1):\n", report.crash_table(results.crash)]
     if results.scale:
-        print("\nA compacted run resumed (issue 16 goal 2):\n")
-        print(report.scale_table(results.scale))
-    print()
+        out += ["\nA compacted run resumed (issue 16 goal 2):\n", report.scale_table(results.scale)]
+    out.append("")
     for runs, rate in results.fleet.items():
-        print(f"PostgreSQL, {runs} runs saving at once (one process each): {rate:,.0f} save points/s")
+        out.append(f"PostgreSQL, {runs} runs saving at once (one process each): {rate:,.0f} save points/s")
     for agent in agent_rows:
-        print(
+        out.append(
             f"End-to-end Agent.run ({agent.store}, ScriptedModel, {agent.turns:,} turns): "
             f"{agent.per_turn_seconds * 1e3:.3f} ms per turn"
         )
-    print(
+    out.append(
         f"import unbroken: {results.import_wall * 1e3:.1f} ms (fresh process minus bare interpreter); "
         f"-X importtime cumulative {import_self * 1e3:.1f} ms"
     )
-    for note in results.notes:
-        print(f"Note: {note}")
-    print()
-    verdicts = report.targets(results, turns_list)
-    for line in verdicts:
-        print(line)
-    if args.json is not None:
-        _write_json(args.json, results, verdicts)
-    return 0 if not args.strict or all(line.startswith("PASS") for line in verdicts) else 1
+    out += [f"Note: {note}" for note in results.notes]
+    return "\n".join(out)
+
+
+README_START = "<!-- benchmarks/run.py --readme: start -->"
+README_END = "<!-- benchmarks/run.py --readme: end -->"
+
+
+def _update_readme(path: Path, text: str, verdicts: list[str]) -> None:
+    """Replace the block between the README's two markers with this run's tables (markdown) and
+    verdicts (a code block)."""
+    readme = path.read_text(encoding="utf-8")
+    head, start, rest = readme.partition(README_START)
+    _, end, tail = rest.partition(README_END)
+    if not start or not end:
+        raise SystemExit(f"{path} has no {README_START} ... {README_END} block to fill")
+    block = f"{text}\n\n```\n" + "\n".join(verdicts) + "\n```\n"
+    path.write_text(f"{head}{README_START}\n{block}{README_END}{tail}", encoding="utf-8")
+    _say(f"wrote this run's tables into {path}")
 
 
 def _available_kinds(root: Path, wanted: set[str], notes: list[str]) -> list[bench_store.StoreKind]:

@@ -23,6 +23,7 @@ from unbroken.model import add_usage
 from unbroken.providers.scripted import ScriptedModel
 from unbroken.session import HISTORY_CHECK_STEP
 from unbroken.state import RunState, ToolCall, ToolResult, occurrence_key
+from unbroken.stores import sqlite as sqlite_store
 from unbroken.stores.base import Store
 
 CACHE = Path(__file__).resolve().parent / ".cache"
@@ -99,7 +100,8 @@ def write_turns(store: Store, run_id: str, turns: int, *, compaction: bool = Fal
 
 
 def _format_key() -> str:
-    """Changes whenever the bytes the writer produces would change (codec or workload edits)."""
+    """Changes whenever the bytes the writer produces would change (codec or workload edits), or
+    the SQLite store's layout."""
     probe = CACHE / "probe.db"
     CACHE.mkdir(exist_ok=True)
     probe.unlink(missing_ok=True)
@@ -110,6 +112,7 @@ def _format_key() -> str:
     finally:
         store.close()
     digest = hashlib.sha256()
+    digest.update(f"store schema {sqlite_store.STORE_SCHEMA}".encode())  # the layout too (schema 4: segments)
     for record in records:
         body = record.body if isinstance(record.body, bytes) else record.body.encode()
         # updated_at/created_at differ between builds; hash the body with numbers blanked out.

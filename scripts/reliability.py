@@ -114,14 +114,22 @@ def _sweep_store(
 
 
 def _power_loss_run(
-    kind: str, scratch: Path, *, durability: str = "full", drop: frozenset[str] = frozenset(), variants: int = 20
+    kind: str,
+    scratch: Path,
+    *,
+    durability: str = "full",
+    drop: frozenset[str] = frozenset(),
+    variants: int = 20,
+    packing: bool = False,
 ) -> tuple[faults.PowerLossLog, faults.PowerLossResult]:
     root, world = scratch / "store", scratch / "world"
     root.mkdir(parents=True)
     world.mkdir()
 
     def url(at: Path) -> str:
-        return f"sqlite:///{at / 'store.db'}?durability={durability}" if kind == "sqlite" else f"file://{at}"
+        # packing: SQLite moves all but the newest record into segments after every save
+        pack = "&keep_recent=1&pack_batch=2" if packing else ""
+        return f"sqlite:///{at / 'store.db'}?durability={durability}{pack}" if kind == "sqlite" else f"file://{at}"
 
     open_store(url(root)).close()
     os.sync()
@@ -171,6 +179,18 @@ def _power_loss(lines: _Lines) -> None:
                 )
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+    scratch = _scratch()
+    try:
+        _, result = _power_loss_run("sqlite", scratch, packing=True)
+        lines.say(
+            "4 power loss (sqlite packing, full)",
+            f"{result.crash_points} crash points x 21 images = {result.images} images: "
+            f"{result.acked_saves_lost} acked saves lost, {result.acked_ledger_lost} acked ledger writes lost, "
+            f"{result.corrupt_loads} corrupt",
+            result.failures == 0,
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     scratch = _scratch()
     try:
         _, result = _power_loss_run("sqlite", scratch, durability="normal")
@@ -258,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=20261101)
     parser.add_argument(
         "--stores",
-        default="sqlite,file,postgres",
+        default="sqlite,sqlite-packed,file,postgres",
         help=f"comma-separated store kinds to sweep (postgres: the server of ${POSTGRES_URL_ENV}, "
         "default the local test server; one schema per run, dropped afterwards)",
     )

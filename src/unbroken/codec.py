@@ -67,11 +67,12 @@ def _dumps(value: Any) -> str:
         data = _orjson_dumps(value, option=_ORJSON_OPTIONS)
     except orjson.JSONEncodeError as exc:
         raise TypeError(str(exc)) from None
-    if b"null" in data:
+    text = data.decode()
+    if "null" in text:  # (searched in the str: ~7x faster than in the bytes for a short text)
         # orjson writes NaN and the infinities as null; the strict stdlib encoder refuses them
         # (ValueError). Only texts holding a null pay for this second look.
         _strict_dumps(value)
-    return data.decode()
+    return text
 
 
 # --------------------------------------------------------------------------- JSON guard
@@ -218,6 +219,100 @@ class PackedRecords:
         return values
 
 
+@dataclass(slots=True)
+class Segment:
+    """Save records ``first..last`` that a store packed together once they were no longer recent
+    (docs/format.md, "Segments"): ``bodies`` is ``b"[" + body_1 + b"," + ... + body_n + b"]"``,
+    each body exactly as it was saved; ``index_text`` the segment's index (``segment_index``);
+    ``seal`` the CRC-32 of ``index_text`` then ``bodies``, written by ``pack_records`` only after
+    every record in it passed the record checks. Treat it as read-only."""
+
+    first: int
+    last: int
+    index_text: bytes
+    bodies: bytes
+    seal: str
+
+    def records(self) -> list[StoredRecord]:
+        """The records one by one, each with its own checksum (the careful path). An index that
+        does not read, or does not fit the bodies, makes every record of the segment damaged."""
+        index = segment_index(self.index_text, self.first, self.last, len(self.bodies))
+        if index is None:
+            return [StoredRecord(seq, b"", "damaged segment index") for seq in range(self.first, self.last + 1)]
+        view, records, offset = memoryview(self.bodies), [], 1
+        for seq, check, length in index:
+            records.append(StoredRecord(seq, bytes(view[offset : offset + length]), check))
+            offset += length + 1
+        return records
+
+    def snapshots(self) -> list[int]:
+        """The seqs of the snapshot records in it, from its index (none if the index is damaged)."""
+        try:
+            value = loads(self.index_text)
+        except ValueError:
+            return []
+        found = value.get("snapshots") if type(value) is dict else None
+        return [seq for seq in found if type(seq) is int] if type(found) is list else []
+
+
+def segment_index(index_text: bytes, first: int, last: int, size: int) -> list[tuple[int, str, int]] | None:
+    """A segment's ``(seq, checksum, length)`` per record, or None unless its index reads and
+    fits ``first..last`` and bodies of ``size`` bytes."""
+    try:
+        value = loads(index_text)
+        checks, lengths = value["checksums"], value["lengths"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    count = last - first + 1
+    if value.get("first") != first or type(checks) is not list or type(lengths) is not list:
+        return None
+    if len(checks) != count or len(lengths) != count or not all(type(n) is int and n >= 0 for n in lengths):
+        return None
+    if sum(lengths) + count + 1 != size or not all(type(check) is str for check in checks):
+        return None
+    return list(zip(range(first, last + 1), checks, lengths, strict=True))
+
+
+def segment_seal(index_text: bytes, bodies: bytes) -> str:
+    """The seal of a segment: CRC-32 of its index text, then its bodies."""
+    return f"{zlib.crc32(bodies, zlib.crc32(index_text)):08x}"
+
+
+def pack_records(records: Sequence[StoredRecord], current: int = SCHEMA_VERSION) -> tuple[Segment, list[int]] | None:
+    """A segment of the longest run of ``records`` (consecutive seqs from the first) that pass
+    every record check (size, checksum, parse, shape: ``validate_record``), and the seqs of the
+    snapshots in it; None if the first does not. A damaged record is never packed: it stays
+    where it is, so it is reported as itself, and so is everything after it."""
+    kept: list[tuple[int, str, bytes, bool]] = []
+    for record in records:
+        if kept and record.seq != kept[-1][0] + 1:
+            break
+        body = record.body
+        if isinstance(body, str):
+            try:
+                body = body.encode()
+            except UnicodeEncodeError:  # a lone surrogate: not a record anyone could read
+                break
+        try:
+            value = _parse_one(StoredRecord(record.seq, body, record.checksum), current)
+        except (ValueError, IncompatibleSchema):
+            break
+        kept.append((record.seq, record.checksum, body, is_snapshot(value)))
+    if not kept:
+        return None
+    snapshots = [seq for seq, _, _, snapshot in kept if snapshot]
+    index = {
+        "first": kept[0][0],
+        "checksums": [check for _, check, _, _ in kept],
+        "lengths": [len(body) for _, _, body, _ in kept],
+        "snapshots": snapshots,
+    }
+    index_text = _orjson_dumps(index)
+    bodies = b"[" + b",".join(body for _, _, body, _ in kept) + b"]"
+    segment = Segment(kept[0][0], kept[-1][0], index_text, bodies, segment_seal(index_text, bodies))
+    return segment, snapshots
+
+
 class Encoder:
     """Turns successive states of one run into save records (deltas plus periodic snapshots).
 
@@ -241,27 +336,34 @@ class Encoder:
         self._call_paths: dict[int, tuple[list[int | str], str]] = {}  # where each call's input was last found
 
     def _field_texts(self, state: RunState, previous: dict[str, str] | None = None) -> dict[str, str]:
+        return self._texts(state, previous)[0]
+
+    def _texts(self, state: RunState, previous: dict[str, str] | None) -> tuple[dict[str, str], list[str]]:
+        """The JSON text of each small field, and the keys whose text is not ``previous``'s (all
+        of them when None), in field order: the fields a delta record writes."""
         # Runs at every save over ~20 fields, mostly scalars: the scalar branches give the
         # text ``_dumps`` would, without its per-call set-up (the benchmark's hot path).
         # Containers are encoded by the C encoder (which refuses NaN and foreign objects) and
         # walked by ``ensure_json`` (which also refuses tuples and non-str keys, and names the
         # path) only when their text differs from the saved one: unchanged text writes nothing.
-        texts: dict[str, str] = {}
+        changed: list[str] = []
+        saved = _NO_TEXTS if previous is None else previous
         fields = state.small_fields()
         if state.schema_version >= 2:  # derived by the reader: not compared, not written
             del fields["save_seq"], fields["message_count"]
+        texts: dict[str, str] = {}
         for key, value in fields.items():
             kind = type(value)
             if kind is str:
-                texts[key] = _encode_str(value)
+                text = _encode_str(value)
             elif kind is int:
-                texts[key] = int.__repr__(value)
+                text = int.__repr__(value)
             elif value is None:
-                texts[key] = "null"
+                text = "null"
             elif kind is float and math.isfinite(value):
-                texts[key] = float.__repr__(value)
+                text = float.__repr__(value)
             elif not value and (kind is dict or kind is list):
-                texts[key] = "{}" if kind is dict else "[]"
+                text = "{}" if kind is dict else "[]"
             else:
                 try:
                     text = _dumps(value)
@@ -270,12 +372,12 @@ class Encoder:
                     raise NotJSONValue(key, value, "it cannot be encoded as JSON") from None
                 # With a JSON-built model, only business_state holds the user's own values; the
                 # other containers (calls, results, usage, summary) are built from parsed JSON.
-                if (previous is None or previous.get(key) != text) and (
-                    not self.messages_are_json or key == "business_state"
-                ):
+                if saved.get(key) != text and (not self.messages_are_json or key == "business_state"):
                     ensure_json(value, key)
-                texts[key] = text
-        return texts
+            texts[key] = text
+            if saved.get(key) != text:
+                changed.append(key)
+        return texts, changed
 
     def prime(self, state: RunState) -> None:
         """Declare ``state`` as what the store already holds (after a load)."""
@@ -293,7 +395,8 @@ class Encoder:
     ) -> EncodedSave:
         """Encode the next save of ``state``. ``state.save_seq`` must already be the new seq.
         Raises ``NotJSONValue`` (naming the path) before anything is written."""
-        texts = self._field_texts(state, self._saved_fields)
+        previous = self._saved_fields
+        texts, changed = self._texts(state, previous)
         new_messages = state.messages[self._saved_messages :]
         if not self.messages_are_json:
             for index, message in enumerate(new_messages, start=self._saved_messages):
@@ -306,7 +409,6 @@ class Encoder:
             raise NotJSONValue(
                 f"messages[{self._saved_messages}:]", new_messages, "they cannot be encoded as JSON"
             ) from None
-        previous = self._saved_fields
         snapshot = (
             force_snapshot
             or previous is None
@@ -316,20 +418,21 @@ class Encoder:
         )
         version = int(state.schema_version)
         if version >= 2:
-            body = self._body_v2(state, label, snapshot, texts, new_messages, messages_text)
+            written = texts if snapshot else changed
+            body = self._body_v2(state, label, snapshot, texts, written, new_messages, messages_text)
         else:  # the version 1 layout, for states still at schema 1 (and 0)
-            if snapshot or previous is None:
-                changed = texts
-            else:
-                changed = {key: text for key, text in texts.items() if previous.get(key) != text}
-            fields_text = ",".join(f"{_encode_str(key)}:{text}" for key, text in changed.items())
+            written = texts if snapshot else changed
+            fields_text = ",".join(f"{_encode_str(key)}:{texts[key]}" for key in written)
             body = (
                 f'{{"v":{version},"seq":{int(state.save_seq)},"label":{_text(label)},'
                 f'"snapshot":{"true" if snapshot else "false"},"msg_start":{self._saved_messages},'
                 f'"messages":{messages_text},"fields":{{{fields_text}}}}}'
             )
         self._pending = texts
-        return EncodedSave(
+        # Made at every save: filling the frozen dataclass's __dict__ at once (as summary_of
+        # does) makes the same object as EncodedSave(...), without a setattr per field.
+        encoded = _new_object(EncodedSave)
+        encoded.__dict__.update(
             run_id=state.run_id,
             seq=state.save_seq,
             label=label,
@@ -339,6 +442,7 @@ class Encoder:
             summary=summary_of(state),
             ledger=tuple(ledger),
         )
+        return encoded
 
     def _body_v2(
         self,
@@ -346,20 +450,20 @@ class Encoder:
         label: str,
         snapshot: bool,
         texts: dict[str, str],
+        written: Iterable[str],
         new_messages: list[JSONValue],
         messages_text: str,
     ) -> str:
         """A version 2 record: no ``"snapshot":false``, no fields the reader derives (``save_seq``,
         ``message_count``), and pending calls that refer to their tool-use block in the record's
-        own messages instead of repeating it (``_calls_text``)."""
+        own messages instead of repeating it (``_calls_text``). ``written``: the keys of the fields
+        it holds (every field in a snapshot, those whose text changed in a delta), in field order."""
         parts = []
-        previous = None if snapshot else self._saved_fields
-        for key, text in texts.items():
-            if previous is not None and previous.get(key) == text:
-                continue
+        for key in written:
+            text = texts[key]
             if key == "pending_calls" and text != "[]":
                 text = _calls_text(state, new_messages, self._call_paths)
-            parts.append(f"{_KEY_TEXTS.get(key) or _encode_str(key) + ':'}{text}")
+            parts.append((_KEY_TEXTS.get(key) or _encode_str(key) + ":") + text)
         return (
             f'{{"v":{int(state.schema_version)},"seq":{int(state.save_seq)},"label":{_text(label)},'
             f'{_SNAPSHOT_TRUE if snapshot else ""}"msg_start":{self._saved_messages},'
@@ -377,6 +481,7 @@ class Encoder:
 # --------------------------------------------------------------------------- version 2 pending calls
 
 _SNAPSHOT_TRUE = '"snapshot":true,'
+_NO_TEXTS: dict[str, str] = {}  # the saved texts before a first save: every field is new
 _KEY_TEXTS = {
     key: f"{_encode_str(key)}:"
     for key in (*RunState(run_id="-", task="").small_fields(), "approvals", "conversation", "history_checked")
@@ -622,7 +727,7 @@ def summary_of(state: RunState) -> RunSummary:
     return summary
 
 
-_new_summary = object.__new__
+_new_summary = _new_object = object.__new__
 
 
 def encode_full(state: RunState, label: str) -> EncodedSave:
@@ -801,7 +906,7 @@ _REQUIRED_FIELDS = (
 
 def decode(
     run_id: str,
-    records: Iterable[StoredRecord] | PackedRecords,
+    records: Iterable[StoredRecord | Segment] | PackedRecords,
     *,
     recover: bool = False,
     migrations: Migrations = MIGRATIONS,
@@ -812,7 +917,9 @@ def decode(
     buffer); when the packed buffer does not check out, ``fallback`` (if given) reads the
     records one by one and those are judged instead. ``keep_records=False``: each record is
     folded as it is parsed and let go (faster, less memory); ``Decoded.records`` is then empty
-    (no timeline): for a resume, which needs only the state.
+    (no timeline): for a resume, which needs only the state. ``records`` may hold ``Segment``s
+    (a store's packed older records): with ``keep_records=False`` a sealed segment is read in one
+    parse (``segment_read``), otherwise record by record.
 
     With ``recover=False`` any damaged record raises ``CorruptCheckpoint``; with ``recover=True``
     the state is that of the last intact save point before the first damaged record, and
@@ -839,14 +946,14 @@ def decode(
 
 def _decode(
     run_id: str,
-    source: Iterable[StoredRecord] | PackedRecords,
+    source: Iterable[StoredRecord | Segment] | PackedRecords,
     recover: bool,
     migrations: Migrations,
     fallback: Callable[[], Iterable[StoredRecord]] | None,
     keep_records: bool = True,
 ) -> Decoded:
     fast: list[dict[str, JSONValue]] | None = None
-    records: Iterable[StoredRecord]
+    records: Iterable[StoredRecord | Segment]
     if isinstance(source, PackedRecords):
         fast = source.parse(migrations.current)
         # Damage somewhere (or an unexpected order): judge record by record, from the store's
@@ -867,7 +974,7 @@ def _decode(
             raise _not_folding(run_id, exc) from exc
     # Each record folded as it is parsed and then let go (a resume needs no list of them): the
     # checks are the same; damage found after a record that does not fold is reported as that.
-    stream = fast if fast is not None else _parse_each(run_id, records, migrations.current, outcome)
+    stream = fast if fast is not None else _parse_each(run_id, records, migrations.current, outcome, segments=True)
     try:
         return _fold(run_id, stream, outcome, migrations, None, recover)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
@@ -909,92 +1016,160 @@ def _not_folding(run_id: str, exc: Exception) -> CorruptCheckpoint:
 
 
 def _parse_each(
-    run_id: str, records: Iterable[StoredRecord], current: int, outcome: _Parsing
-) -> Iterator[dict[str, JSONValue]]:
+    run_id: str,
+    records: Iterable[StoredRecord | Segment],
+    current: int,
+    outcome: _Parsing,
+    *,
+    segments: bool = False,
+) -> Iterator[Any]:
     """The records parsed and checked, one by one, up to the first damaged one (noted in
     ``outcome``). Record by record, as the store hands them over: each body is checked, parsed
     and let go, so a store that streams its records (SQLite) never holds the run's bytes beside
-    the parsed state. (With orjson this is as fast as one parse of all bodies joined.)"""
+    the parsed state. (With orjson this is as fast as one parse of all bodies joined.)
+
+    A ``Segment`` is cut into its records, unless ``segments`` is set and its seal holds
+    (``segment_read.records_of``): then its records come as one list of typed objects whose
+    ``fields`` are raw JSON text, which only ``_fold`` takes."""
     iterator = iter(records)
     expected: int | None = None
     crc = zlib.crc32
     try:
-        for record in iterator:
-            seq, body = record.seq, record.body
-            # The checks of ``_parse_one`` inlined for the intact case (20,000 records a resume);
-            # anything unusual goes through ``_parse_one`` itself, which says what is wrong.
-            value = None
-            if (expected is None or seq == expected) and len(body) <= MAX_RECORD_BYTES:
-                try:  # (a str with a lone surrogate cannot be encoded: judged by _parse_one)
-                    raw = body if type(body) is bytes else body.encode()  # type: ignore[union-attr]
-                    if f"{crc(raw):08x}" == record.checksum:
-                        value = loads(raw)
-                except (ValueError, RecursionError):
-                    value = None
-                if not (
-                    type(value) is dict
-                    and type(value.get("v")) is int
-                    and value["v"] <= current
-                    and value.get("seq") == seq
-                    and type(value.get("messages")) is list
-                    and type(value.get("fields")) is dict
-                    and type(value.get("msg_start")) is int
-                ):
-                    value = None
-            try:
-                if value is None:
-                    if expected is not None and seq != expected:
-                        raise ValueError(f"record {expected} is missing")
-                    value = _parse_one(record, current)
-            except ValueError as exc:
-                outcome.corrupt_seq = seq
-                outcome.problem = f"save record {seq} of run {run_id!r} is damaged: {exc}"
-                return
-            outcome.last_seq = seq
-            outcome.count += 1
-            yield value
-            expected = seq + 1
+        for item in iterator:
+            pieces: Iterable[StoredRecord]
+            if type(item) is Segment:
+                if segments:
+                    from .segment_read import records_of  # (msgspec: imported once a run has segments)
+
+                    packed = records_of(item, expected, current)
+                    if packed is not None:
+                        outcome.last_seq = packed[-1].seq
+                        outcome.count += len(packed)
+                        yield packed  # the segment's records in one list, which _fold walks in one loop
+                        expected = outcome.last_seq + 1
+                        continue
+                pieces = item.records()
+            else:
+                pieces = (item,)  # type: ignore[assignment]
+            for record in pieces:
+                seq, body = record.seq, record.body
+                # The checks of ``_parse_one`` inlined for the intact case (20,000 records a resume);
+                # anything unusual goes through ``_parse_one`` itself, which says what is wrong.
+                value = None
+                if (expected is None or seq == expected) and len(body) <= MAX_RECORD_BYTES:
+                    try:  # (a str with a lone surrogate cannot be encoded: judged by _parse_one)
+                        raw = body if type(body) is bytes else body.encode()  # type: ignore[union-attr]
+                        if f"{crc(raw):08x}" == record.checksum:
+                            value = loads(raw)
+                    except (ValueError, RecursionError):
+                        value = None
+                    if not (
+                        type(value) is dict
+                        and type(value.get("v")) is int
+                        and value["v"] <= current
+                        and value.get("seq") == seq
+                        and type(value.get("messages")) is list
+                        and type(value.get("fields")) is dict
+                        and type(value.get("msg_start")) is int
+                    ):
+                        value = None
+                try:
+                    if value is None:
+                        if expected is not None and seq != expected:
+                            raise ValueError(f"record {expected} is missing")
+                        value = _parse_one(record, current)
+                except ValueError as exc:
+                    outcome.corrupt_seq = seq
+                    outcome.problem = f"save record {seq} of run {run_id!r} is damaged: {exc}"
+                    return
+                outcome.last_seq = seq
+                outcome.count += 1
+                yield value
+                expected = seq + 1
     finally:
         close = getattr(iterator, "close", None)  # a store's generator: end its read now
         if close is not None:
             close()
 
 
+_PENDING_FIELDS_CAP = 512
+"""With no snapshot for this many records (a large ``snapshot_every``), ``_fold`` folds the
+small fields it holds back, so raw fields never keep many segments' bytes alive."""
+
+
 def _fold(
     run_id: str,
-    parsed: Iterable[dict[str, JSONValue]],
+    parsed: Iterable[Any],
     outcome: _Parsing,
     migrations: Migrations,
     kept: list[dict[str, JSONValue]] | None,
     recover: bool | None = None,
 ) -> Decoded:
-    """Fold parsed records. ``recover`` given: ``parsed`` is still being parsed, and the damage
-    check (``outcome.check``) is made once it is used up."""
+    """Fold parsed records: dicts, or a sealed segment's typed records (``_parse_each``).
+    ``recover`` given: ``parsed`` is still being parsed, and the damage check
+    (``outcome.check``) is made once it is used up.
+
+    Messages are concatenated as they come. The small fields are folded from the newest snapshot
+    on, once it is known which that is: a sealed segment's older records never have their fields
+    parsed (the snapshot replaces them), and a dict record's are folded as before."""
     messages: list[JSONValue] = []
     fields: dict[str, JSONValue] = {}
     oldest = migrations.current
     calls_from: dict[str, Any] | None = None  # the record that wrote the newest pending_calls
-    last: dict[str, Any] | None = None
+    last: Any = None
+    held: list[tuple[Any, bool, Any]] = []  # (record, is a snapshot, its fields) not folded yet
+    extend = messages.extend
     for record in parsed:
-        version = record["v"]
-        if last is None and not (record["snapshot"] if version < 2 else is_snapshot(record)):
+        if type(record) is list:  # a sealed segment's records: version 2, shapes checked by the typed parse
+            if last is None and not record[0].snapshot:
+                raise ValueError("the first record is not a snapshot")
+            newest = -1
+            for position, packed in enumerate(record):
+                if packed.msg_start != len(messages):
+                    raise ValueError(
+                        f"record {packed.seq} starts at message {packed.msg_start}, expected {len(messages)}"
+                    )
+                extend(packed.messages)
+                if packed.snapshot:
+                    newest = position
+            if newest >= 0:
+                held.clear()
+                calls_from = None
+            held.extend((packed, packed.snapshot, packed.fields) for packed in record[max(newest, 0) :])
+            if len(held) > _PENDING_FIELDS_CAP:
+                calls_from = _fold_fields_held(fields, held, calls_from)
+            last = record[-1]
+            oldest = min(oldest, record[-1].v)  # (records_of: every record of a segment has one version)
+            continue
+        if type(record) is dict:
+            version, start, new, own = record["v"], record["msg_start"], record["messages"], record["fields"]
+            # Version 1 records always say whether they are a snapshot; version 2 ones only when so.
+            snapshot = bool(record["snapshot"] if version < 2 else record.get("snapshot", False))
+        else:  # a sealed segment's record: version 2, its shape checked by the typed parse
+            version, start, new, own, snapshot = (
+                record.v,
+                record.msg_start,
+                record.messages,
+                record.fields,
+                record.snapshot,
+            )
+        if last is None and not snapshot:
             raise ValueError("the first record is not a snapshot")
         last = record
-        if record["msg_start"] != len(messages):
-            raise ValueError(
-                f"record {record['seq']} starts at message {record['msg_start']}, expected {len(messages)}"
-            )
-        messages.extend(record["messages"])
-        own = record["fields"]
+        if start != len(messages):
+            raise ValueError(f"record {_seq_of(record)} starts at message {start}, expected {len(messages)}")
+        messages.extend(new)
         if version < oldest:
             oldest = version
-        # Version 1 records always say whether they are a snapshot; version 2 ones only when so.
-        if record["snapshot"] if version < 2 else record.get("snapshot", False):
-            fields = dict(own)
-        else:
-            fields.update(own)
-        if "pending_calls" in own:
-            calls_from = record
+        if snapshot:
+            held.clear()
+            calls_from = None
+        held.append((record, snapshot, own))
+        if len(held) > _PENDING_FIELDS_CAP:
+            calls_from = _fold_fields_held(fields, held, calls_from)
+    calls_from = _fold_fields_held(fields, held, calls_from)
+    if last is not None and type(last) is not dict:
+        last = {"v": last.v, "seq": last.seq}
     if recover is not None:
         outcome.check(run_id, recover)
     assert last is not None  # (outcome.check: at least one record)
@@ -1025,6 +1200,32 @@ def _fold(
         problem=outcome.problem,
         migrated_from=migrated_from,
     )
+
+
+def _seq_of(record: Any) -> object:
+    return record["seq"] if type(record) is dict else record.seq
+
+
+def _fold_fields_held(
+    fields: dict[str, JSONValue], held: list[tuple[Any, bool, Any]], calls_from: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Fold the small fields of ``held`` records, in order, into ``fields`` (a snapshot replaces
+    them, a delta updates them) and empty ``held``. Returns the record that wrote the newest
+    ``pending_calls``, as ``_expand_calls`` takes it."""
+    for record, snapshot, own in held:
+        if type(own) is not dict:  # a sealed segment's record: its fields as raw JSON text
+            own = loads(bytes(own))
+            if type(own) is not dict:
+                raise ValueError(f"the fields of record {record.seq} are not an object")
+        if snapshot:
+            fields.clear()
+        fields.update(own)
+        if "pending_calls" in own:
+            calls_from = (
+                record if type(record) is dict else {"v": record.v, "seq": record.seq, "messages": record.messages}
+            )
+    held.clear()
+    return calls_from
 
 
 _INT_FIELDS = ("schema_version", "save_seq", "turns", "tokens_used", "message_count")

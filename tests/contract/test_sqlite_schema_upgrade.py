@@ -49,7 +49,7 @@ def test_a_schema_2_file_is_upgraded_in_place_and_its_runs_continue(tmp_path: Pa
     store = open_store(f"sqlite:///{path}?durability={durability}")
     assert isinstance(store, SQLiteStore)
     try:
-        assert meta_schema(path) == str(STORE_SCHEMA) == "3"
+        assert meta_schema(path) == str(STORE_SCHEMA) == "4"
         assert {row.run_id: row.turns for row in store.list_runs()} == {"leased-run": 5, "free-run": 2}
         state = store.load("leased-run")
         assert (state.save_seq, state.turns, len(state.messages)) == (5, 5, 5)
@@ -101,3 +101,62 @@ def test_opening_an_upgraded_file_again_takes_no_write_lock(tmp_path: Path) -> N
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
+
+
+SCHEMA3_DUMP = Path(__file__).parent / "data" / "sqlite_store_schema3.sql"
+"""A store that the schema-3 code (git 8a52e43) wrote: run ``long-run``, 330 ``RunWriter`` turns,
+every record one row (schema 3 had no segments)."""
+
+
+def schema3_file(tmp_path: Path) -> Path:
+    path = tmp_path / "v3.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(SCHEMA3_DUMP.read_text())
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    return path
+
+
+def counts(path: Path) -> tuple[int, int]:
+    with sqlite3.connect(path) as conn:
+        loose = conn.execute("SELECT count(*) FROM unbroken_records").fetchone()[0]
+        packed = conn.execute("SELECT coalesce(sum(last_seq - first_seq + 1), 0) FROM unbroken_segments").fetchone()[0]
+    return int(loose), int(packed)
+
+
+def test_a_schema_3_file_is_upgraded_and_its_long_run_is_packed_as_it_goes_on(tmp_path: Path) -> None:
+    path = schema3_file(tmp_path)
+    assert meta_schema(path) == "3"
+    store = SQLiteStore(path, keep_recent=32, pack_batch=64)
+    try:
+        assert meta_schema(path) == "4"
+        assert counts(path) == (330, 0)  # upgrading moves nothing
+        before = store.load("long-run")
+        assert (before.save_seq, before.turns, len(before.messages)) == (330, 330, 330)
+        writer = continue_run(store, "long-run")
+        for step in range(331, 353):  # save 352 is a multiple of keep_recent: the first pack
+            writer.turn(step)
+        loose, packed = counts(path)
+        assert loose + packed == 352
+        # Caught up a few segments a pack (MAX_SEGMENTS_A_PACK), never in one long transaction.
+        assert packed == 4 * 64
+        state = store.load("long-run")
+        assert state == writer.state
+        assert store.decode("long-run").state == state  # the careful path agrees
+        assert [record.seq for record in store.read_records("long-run")] == list(range(1, 353))
+    finally:
+        store.close()
+
+
+def test_a_schema_4_file_is_refused_by_code_that_knows_schema_3_only(tmp_path: Path) -> None:
+    """What an older unbroken does with a newer file (checked against the rule in _connect):
+    a store schema it does not know is refused, nothing is changed."""
+    path = schema3_file(tmp_path)
+    SQLiteStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE unbroken_meta SET value='5' WHERE key='store_schema'")
+    conn.close()
+    from unbroken.errors import IncompatibleSchema
+
+    with pytest.raises(IncompatibleSchema, match="store schema 5"):
+        SQLiteStore(path)

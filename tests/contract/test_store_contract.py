@@ -86,6 +86,102 @@ def corrupt_sqlite(store: Store, run_id: str, seq: int) -> None:
     conn.close()
 
 
+def open_sqlite_packed(tmp: Path) -> Store:
+    """SQLite packing after every save: all but the newest record of a run sit in segments of
+    two, so every contract test also runs on packed records."""
+    return SQLiteStore(tmp / "runs.db", keep_recent=1, pack_batch=2)
+
+
+def _segment_holding(conn: sqlite3.Connection, run_id: str, seq: int) -> tuple[int, dict[str, Any], bytes] | None:
+    row = conn.execute(
+        "SELECT first_seq, idx, bodies FROM unbroken_segments WHERE run_id=? AND first_seq<=? AND last_seq>=?",
+        (run_id, seq, seq),
+    ).fetchone()
+    return None if row is None else (row[0], json.loads(row[1]), bytes(row[2]))
+
+
+def _packed_in(store: SQLiteStore, run_id: str, seq: int) -> int | None:
+    """The first seq of the segment holding record ``seq``, or None when it is a loose row."""
+    conn = sqlite3.connect(store.path)
+    try:
+        found = _segment_holding(conn, run_id, seq)
+    finally:
+        conn.close()
+    return None if found is None else found[0]
+
+
+def _bodies_of(index: dict[str, Any], bodies: bytes) -> list[bytes]:
+    parts, offset = [], 1
+    for length in index["lengths"]:
+        parts.append(bodies[offset : offset + length])
+        offset += length + 1
+    return parts
+
+
+def _edit_packed(
+    store: Store,
+    run_id: str,
+    seq: int,
+    loose: Callable[[Store, str, int], None],
+    edit: Callable[[sqlite3.Connection, int, dict[str, Any], list[bytes]], None],
+) -> None:
+    """``edit(conn, first, index, bodies)`` the segment holding record ``seq``, or ``loose`` it
+    when the record is a loose row."""
+    assert isinstance(store, SQLiteStore)
+    if _packed_in(store, run_id, seq) is None:
+        return loose(store, run_id, seq)
+    with sqlite3.connect(store.path) as conn:
+        found = _segment_holding(conn, run_id, seq)
+        assert found is not None
+        first, index, bodies = found
+        edit(conn, first, index, _bodies_of(index, bodies))
+    conn.close()
+
+
+def corrupt_sqlite_packed(store: Store, run_id: str, seq: int) -> None:
+    """Change a record inside its segment as a hand edit would: its bytes and length in the
+    index change, its checksum and the segment's seal stay as they were."""
+
+    def edit(conn: sqlite3.Connection, first: int, index: dict[str, Any], parts: list[bytes]) -> None:
+        parts[seq - first] = tamper(parts[seq - first].decode()).encode()
+        index["lengths"] = [len(part) for part in parts]
+        conn.execute(
+            "UPDATE unbroken_segments SET idx=?, bodies=? WHERE run_id=? AND first_seq=?",
+            (json.dumps(index).encode(), b"[" + b",".join(parts) + b"]", run_id, first),
+        )
+
+    _edit_packed(store, run_id, seq, corrupt_sqlite, edit)
+
+
+def delete_sqlite_packed(store: Store, run_id: str, seq: int) -> None:
+    """Lose a record from its segment as a careful attacker would: the segment is rewritten
+    without it, with a consistent index and a fresh seal; the missing seq must still be caught."""
+    from unbroken.codec import segment_seal
+
+    def edit(conn: sqlite3.Connection, first: int, index: dict[str, Any], parts: list[bytes]) -> None:
+        keep = [i for i in range(len(index["lengths"])) if first + i != seq]
+        conn.execute("DELETE FROM unbroken_segments WHERE run_id=? AND first_seq=?", (run_id, first))
+        # What is left of the segment, split where the record was: each part sealed afresh.
+        for part in ([i for i in keep if first + i < seq], [i for i in keep if first + i > seq]):
+            if not part:
+                continue
+            new_first = first + part[0]
+            new_index = {
+                "first": new_first,
+                "checksums": [index["checksums"][i] for i in part],
+                "lengths": [index["lengths"][i] for i in part],
+                "snapshots": [s for s in index["snapshots"] if s in {first + i for i in part}],
+            }
+            index_text = json.dumps(new_index).encode()
+            new_bodies = b"[" + b",".join(parts[i] for i in part) + b"]"
+            conn.execute(
+                "INSERT INTO unbroken_segments (run_id, first_seq, last_seq, idx, seal, bodies) VALUES (?,?,?,?,?,?)",
+                (run_id, new_first, first + part[-1], index_text, segment_seal(index_text, new_bodies), new_bodies),
+            )
+
+    _edit_packed(store, run_id, seq, delete_sqlite, edit)
+
+
 def corrupt_file(store: Store, run_id: str, seq: int) -> None:
     assert isinstance(store, FileStore)
     path = store.root / "runs" / run_id / "records" / f"{seq:012d}.json"
@@ -357,6 +453,16 @@ BACKENDS = [
     pytest.param(Backend(lambda tmp: open_store(f"sqlite:///{tmp}/runs.db"), *SQLITE), id="sqlite-full"),
     pytest.param(
         Backend(lambda tmp: open_store(f"sqlite:///{tmp}/runs.db?durability=normal"), *SQLITE), id="sqlite-normal"
+    ),
+    pytest.param(
+        Backend(
+            open_sqlite_packed,
+            corrupt_sqlite_packed,
+            delete_sqlite_packed,
+            edit_sqlite,
+            lambda store: SQLiteStore(store.path, keep_recent=1, pack_batch=2),  # type: ignore[attr-defined]
+        ),
+        id="sqlite-packed",
     ),
     pytest.param(
         Backend(lambda tmp: open_store(f"file://{tmp}/store"), corrupt_file, delete_file, edit_file), id="file"

@@ -21,7 +21,12 @@ def _file_store_available() -> bool:
 
 
 # Stores that outlive a process (memory cannot). PostgreSQL joins when its URL is given.
-STORE_URLS: dict[str, Callable[[Path], str]] = {"sqlite": lambda tmp: f"sqlite:///{tmp / 'runs.db'}"}
+STORE_URLS: dict[str, Callable[[Path], str]] = {
+    "sqlite": lambda tmp: f"sqlite:///{tmp / 'runs.db'}",
+    # Packing after every save: every crash window is also a window of a run whose records are
+    # being moved into segments (and a kill can land inside a pack).
+    "sqlite-packed": lambda tmp: f"sqlite:///{tmp / 'runs.db'}?keep_recent=1&pack_batch=2",
+}
 if _file_store_available():
     STORE_URLS["file"] = lambda tmp: f"file://{tmp / 'runs'}"
 if os.environ.get("UNBROKEN_TEST_POSTGRES_URL"):

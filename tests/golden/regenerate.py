@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from unbroken.codec import Encoder
+from unbroken.codec import Encoder, StoredRecord, pack_records
 from unbroken.state import RunState, ToolCall, ToolResult, occurrence_key
 
 GOLDEN = Path(__file__).resolve().parent
@@ -115,6 +115,25 @@ def main() -> None:
         final = played[-1][1]
         expected = {"fields": final.small_fields(), "messages": final.messages}
         (here / "state.json").write_text(json.dumps(expected, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        if name == "run-2":
+            write_segment(
+                GOLDEN / "segment-2",
+                [
+                    StoredRecord(seq, body.encode(), line.split()[1])
+                    for seq, (body, line) in enumerate(zip(bodies, index, strict=True), start=1)
+                ],
+            )
+
+
+def write_segment(here: Path, records: list[StoredRecord]) -> None:
+    """``segment-2``: run-2's records packed into one segment (docs/format.md, "Segments")."""
+    packed = pack_records(records)
+    assert packed is not None
+    segment, _ = packed
+    here.mkdir(exist_ok=True)
+    (here / "index.json").write_bytes(segment.index_text + b"\n")
+    (here / "bodies.json").write_bytes(segment.bodies + b"\n")
+    (here / "seal.txt").write_text(f"{segment.first} {segment.last} {segment.seal}\n", encoding="ascii")
 
 
 if __name__ == "__main__":

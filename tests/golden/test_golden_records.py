@@ -1,7 +1,8 @@
 """The on-disk format is pinned: golden records decode to the expected state and re-encode to the
 same bytes, and records written by other JSON writers decode to the same state. One golden run per
 format: run-1 (schema 1, as older versions wrote it), run-2 (schema 2) and run-mixed (a schema 1
-run continued at schema 2).
+run continued at schema 2); and segment-2, run-2's records packed into one segment (the layout
+stores pack older records in, docs/format.md "Segments").
 
 A failure here means the format changed. If that was deliberate, update docs/format.md, run
 ``tests/golden/regenerate.py`` and review the diff of tests/golden/run-*/ (run-1 must not change).
@@ -15,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from unbroken.codec import Encoder, StoredRecord, checksum, decode, fold_fields, loads
+from unbroken import segment_read
+from unbroken.codec import Encoder, Segment, StoredRecord, checksum, decode, fold_fields, loads, pack_records
 
 HERE = Path(__file__).resolve().parent
 RUNS = ["run-1", "run-2", "run-mixed"]
@@ -114,3 +116,40 @@ def test_records_written_by_another_json_writer_decode_to_the_same_state(run: st
     records = _rewritten(run, writer)
     assert [r.body for r in records] != [r.body for r in golden_records(run)]  # other bytes, same values
     assert decode("golden-1", records).state == decode("golden-1", golden_records(run)).state
+
+
+def golden_segment() -> Segment:
+    here = HERE / "segment-2"
+    first, last, seal = here.joinpath("seal.txt").read_text(encoding="ascii").split()
+    index_text = here.joinpath("index.json").read_bytes().removesuffix(b"\n")
+    bodies = here.joinpath("bodies.json").read_bytes().removesuffix(b"\n")
+    return Segment(int(first), int(last), index_text, bodies, seal)
+
+
+def test_packing_the_golden_run_gives_the_golden_segment_byte_for_byte() -> None:
+    """The segment layout (index, bodies, seal) is pinned like the records' (docs/format.md)."""
+    packed = pack_records(golden_records("run-2"))
+    assert packed is not None
+    segment, snapshots = packed
+    assert segment == golden_segment()
+    assert snapshots == [seq for seq, _, snapshot, _ in golden_index("run-2") if snapshot]
+
+
+def test_the_golden_segment_holds_the_golden_records_and_reads_sealed_to_the_same_state() -> None:
+    segment = golden_segment()
+    assert segment.records() == [StoredRecord(r.seq, r.body, r.checksum) for r in golden_records("run-2")]
+    assert segment_read.records_of(segment, 1, 2) is not None  # the sealed read takes it
+    fast = decode("golden-1", [segment], keep_records=False)
+    careful = decode("golden-1", golden_records("run-2"))
+    assert fast.state == careful.state
+    assert fast.state.messages == expected_state("run-2")["messages"]
+
+
+def test_a_segment_of_mixed_versions_is_read_record_by_record_to_the_same_state() -> None:
+    packed = pack_records(golden_records("run-mixed"))
+    assert packed is not None
+    segment, _ = packed
+    assert segment_read.records_of(segment, 1, 2) is None  # schema 1 records: the careful read
+    assert (
+        decode("golden-1", [segment], keep_records=False).state == decode("golden-1", golden_records("run-mixed")).state
+    )

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from unbroken.testing.chaos import STORE_KINDS, StoreKind
+from unbroken.testing.chaos._journal import CHAOS_DIR
 
 POSTGRES_URL_ENV = "UNBROKEN_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -97,7 +98,13 @@ def _drop_all(workdir: Path) -> None:
 POSTGRES = StoreKind("postgres", _url, copy_store=_copy, drop_store=_drop, drop_all=_drop_all)
 """One schema per world (``?schema=chaos_<sweep hash>_<run hash>``), dropped with the world."""
 
-KINDS: dict[str, StoreKind] = {**STORE_KINDS, "postgres": POSTGRES}
+SQLITE_PACKED = StoreKind(
+    "sqlite-packed", lambda world: f"sqlite:///{world / CHAOS_DIR / 'store.db'}?keep_recent=1&pack_batch=2"
+)
+"""SQLite packing after every save: the sweeps' short runs have their records moved into segments
+as they go, so a kill can land inside a pack and every resume reads segments."""
+
+KINDS: dict[str, StoreKind] = {**STORE_KINDS, "sqlite-packed": SQLITE_PACKED, "postgres": POSTGRES}
 """Every store kind the reliability sweeps run on, by name."""
 
 

@@ -12,7 +12,8 @@ DEFAULT_STORE_URL = "sqlite:///unbroken.db"
 STORE_ENV_VAR = "UNBROKEN_STORE"
 
 _HELP = (
-    "use sqlite:///relative.db, sqlite:////absolute/path.db (add ?durability=normal for cheaper saves), "
+    "use sqlite:///relative.db, sqlite:////absolute/path.db (add ?durability=normal for cheaper saves; "
+    "keep_recent=N&pack_batch=M to tune packing), "
     "file:///absolute/dir, memory://, postgresql://user@host:5432/dbname, redis://host:6379/0 "
     "or s3://bucket/prefix"
 )
@@ -27,6 +28,13 @@ def _options(query: str, allowed: set[str], url: str) -> dict[str, str]:
             f"allowed: {', '.join(sorted(allowed)) or 'none'}"
         )
     return options
+
+
+def _whole_number(options: dict[str, str], name: str, url: str) -> int:
+    text = options[name]
+    if not text.isdigit():
+        raise InvalidStoreURL(f"store URL {url!r}: {name} must be a whole number, not {text!r}")
+    return int(text)
 
 
 def open_store(url: str | None = None) -> Store:
@@ -51,8 +59,9 @@ def open_store(url: str | None = None) -> Store:
         path = parts.path[1:] if parts.path.startswith("/") else parts.path
         if not path:
             raise InvalidStoreURL(f"store URL {url!r} has no file path; {_HELP}")
-        options = _options(parts.query, {"durability"}, url)
-        return SQLiteStore(path, durability=options.get("durability", "full"), url=url)
+        options = _options(parts.query, {"durability", "keep_recent", "pack_batch"}, url)
+        packing = {name: _whole_number(options, name, url) for name in ("keep_recent", "pack_batch") if name in options}
+        return SQLiteStore(path, durability=options.get("durability", "full"), url=url, **packing)
     if scheme == "file":
         from .files import FileStore
 

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, PackedRecords, StoredRecord, decode
+from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, PackedRecords, Segment, StoredRecord, decode
 from ..errors import (
     ConcurrentSave,
     CorruptCheckpoint,
@@ -116,6 +116,12 @@ class Store(Backend):
         holds the run's bytes beside its parsed state. Defaults to ``read_raw_records``."""
         return self.read_raw_records(run_id)
 
+    def iter_load_pieces(self, run_id: str) -> Iterable[StoredRecord | Segment]:
+        """``iter_raw_records`` for the whole-state loader, which also takes packed segments of
+        older records (``codec.Segment``, seq order, one consistent read): a backend that packs
+        records hands them over as it keeps them. Defaults to ``iter_raw_records``."""
+        return self.iter_raw_records(run_id)
+
     def read_packed(self, run_id: str) -> PackedRecords | None:
         """All record bodies in one buffer for the loader's fastest path, or None when the
         backend has no such read (the loader then uses ``read_raw_records``)."""
@@ -158,10 +164,14 @@ class Store(Backend):
         lets each parsed record go once folded (``Decoded.records`` and ``timeline`` are then
         empty): for a caller that wants the state only, faster and with less memory."""
         check_run_id(run_id)
+        # The head first: saves only add records (a rewrite moves the head forward), so every
+        # record up to the head read here is in the read below, however many saves land in
+        # between. Read after, a save landing between the two reads looked like a lost tail.
+        head = self.read_head(run_id)
         packed = self.read_packed(run_id)
         try:
             if packed is None:
-                records = self.iter_raw_records(run_id)
+                records = self.iter_load_pieces(run_id)
                 decoded = decode(run_id, records, recover=recover, migrations=migrations, keep_records=keep_records)
             else:
                 decoded = decode(
@@ -176,7 +186,6 @@ class Store(Backend):
             if exc.last_good_seq == 0 and not self.records_after(run_id, 0):
                 raise self._not_found(run_id) from None
             raise
-        head = self.read_head(run_id)
         if head is not None and decoded.problem is None and decoded.last_seq < head.seq:
             problem = (
                 f"save records {decoded.last_seq + 1}..{head.seq} of run {run_id!r} are missing "

@@ -32,14 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from .. import crashpoints
-from ..codec import EncodedSave, StoredRecord, dumps
+from ..codec import EncodedSave, Segment, StoredRecord, dumps
 from ..errors import CorruptCheckpoint, IncompatibleSchema, StoreUnavailable
 from ..state import RunSummary
+from . import _sqlite_segments as _segments
 from ._rows import ledger_from_row, ledger_to_row
 from .backend import Refused, RunHead, SealedEntry, Submission
 from .base import Store
 
-STORE_SCHEMA = 3  # 3: the unbroken_append view (one-statement saves); 2: ledger checksums
+STORE_SCHEMA = 4  # 4: unbroken_segments (older records packed); 3: the unbroken_append view; 2: ledger checksums
 BUSY_TIMEOUT_MS = 10_000
 PAGE_SIZE = 4096
 # Page size of NEW store files (an existing file keeps its own). Measured 2026-11-30 (10,000
@@ -48,6 +49,10 @@ PAGE_SIZE = 4096
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 DURABILITY = {"full": "FULL", "normal": "NORMAL"}
 _MAX_SEQ = 2**63 - 1  # SQLite's largest integer: "no upper bound" for a seq
+KEEP_RECENT = 32
+"""The most recent save points of a run always stay one row each in ``unbroken_records``."""
+PACK_BATCH = 256
+"""Older save points are packed into segment rows of this many (``_sqlite_segments``)."""
 _LEDGER_COLUMNS = "key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum"
 
 
@@ -56,11 +61,29 @@ class SQLiteStore(Store):
 
     capabilities = frozenset({"leases", "ledger", "multi_process", "claim"})
 
-    def __init__(self, path: str | os.PathLike[str], *, durability: str = "full", url: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: str = "full",
+        url: str | None = None,
+        keep_recent: int = KEEP_RECENT,
+        pack_batch: int = PACK_BATCH,
+    ) -> None:
+        """``keep_recent``: the most recent saves of a run kept one row each; older ones are
+        packed ``pack_batch`` to a segment row (a resume reads a few rows, not one per save)."""
         if durability not in DURABILITY:
             from ..errors import InvalidStoreURL
 
             raise InvalidStoreURL(f"durability must be 'full' or 'normal', not {durability!r}")
+        if type(keep_recent) is not int or keep_recent < 1 or type(pack_batch) is not int or pack_batch < 2:
+            from ..errors import InvalidStoreURL
+
+            raise InvalidStoreURL(
+                f"keep_recent must be a whole number >= 1 and pack_batch one >= 2 (got {keep_recent!r}, "
+                f"{pack_batch!r}); the defaults are {KEEP_RECENT} and {PACK_BATCH}"
+            )
+        self.keep_recent, self.pack_batch = keep_recent, pack_batch
         self.path = Path(path)
         self.durability = "power_loss" if durability == "full" else "process_crash"
         self.sync_level = durability
@@ -261,12 +284,32 @@ class SQLiteStore(Store):
         self, save: EncodedSave, entries: Sequence[SealedEntry], *, expect_seq: int, fence: int | None
     ) -> None:
         if not entries and (expect_seq or fence) and self._append_one(save, expect_seq, fence):
+            self._pack_after(save.seq, save.run_id, fence)
             return
         with self._write() as conn:
             self._advance(conn, save.run_id, save, expect_seq, fence)
             self._insert_record(conn, save)
             for sealed in entries:
                 self._upsert(conn, sealed)
+        self._pack_after(save.seq, save.run_id, fence)
+
+    def _pack_after(self, seq: int, run_id: str, fence: int | None) -> None:
+        """After save ``seq`` (durable already): every ``keep_recent`` saves, pack what has grown
+        old into segments, in a transaction of its own, still under the writer's fence. A failure
+        here loses nothing (the records stay loose) and is retried after the next saves."""
+        if seq % self.keep_recent or seq < self.keep_recent + self.pack_batch:
+            return
+        try:
+            # Asked first without the write lock (one index probe): most checks find nothing to pack.
+            (low,) = self._read("SELECT min(seq) FROM unbroken_records WHERE run_id=?", (run_id,))[0]
+            if low is None or low + self.pack_batch - 1 > seq - self.keep_recent:
+                return
+            with self._write() as conn:
+                self._fenced(conn, run_id, fence)
+                crashpoints.hit("sqlite.pack.before")
+                _segments.pack(conn, run_id, seq, self.keep_recent, self.pack_batch)
+        except (Refused, StoreUnavailable, CorruptCheckpoint):
+            return
 
     def _append_one(self, save: EncodedSave, expect_seq: int, fence: int | None) -> bool:
         """The usual save (an existing head, no ledger entries) as ONE autocommitted statement:
@@ -302,48 +345,79 @@ class SQLiteStore(Store):
         with self._write() as conn:
             self._advance(conn, run_id, saves[-1], expect_seq, fence)
             conn.execute("DELETE FROM unbroken_records WHERE run_id=?", (run_id,))
+            conn.execute("DELETE FROM unbroken_segments WHERE run_id=?", (run_id,))
             for save in saves:
                 self._insert_record(conn, save)
 
+    # Reads of records see both tables in one read transaction (``_reading``): the packed
+    # segments (older records, ``_sqlite_segments``) and the loose rows after them.
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """One consistent read (a WAL snapshot) over several statements; never the write lock."""
+        with self._lock, self._translate():
+            conn = self.conn
+            if conn.in_transaction:  # (inside a write of this store's own: already consistent)
+                yield conn
+                return
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+
     def records_after(self, run_id: str, after_seq: int = 0) -> list[StoredRecord]:
-        rows = self._read(
-            "SELECT seq, body, checksum FROM unbroken_records WHERE run_id=? AND seq>? ORDER BY seq",
-            (run_id, after_seq),
-        )
-        return [StoredRecord(seq, body, checksum) for seq, body, checksum in rows]
+        with self._reading() as conn:
+            records = _segments.expanded(_segments.segments_from(conn, run_id, after_seq), after_seq, text=True)
+            rows = conn.execute(
+                "SELECT seq, body, checksum FROM unbroken_records WHERE run_id=? AND seq>? ORDER BY seq",
+                (run_id, after_seq),
+            ).fetchall()
+        return records + [StoredRecord(seq, body, checksum) for seq, body, checksum in rows]
 
     def records_between(self, run_id: str, after_seq: int, upto_seq: int) -> list[StoredRecord]:
-        # Bounded: a range search on the UNIQUE (run_id, seq) index (EXPLAIN QUERY PLAN: SEARCH).
-        rows = self._read(
-            "SELECT seq, body, checksum FROM unbroken_records WHERE run_id=? AND seq>? AND seq<=? ORDER BY seq",
-            (run_id, after_seq, min(upto_seq, _MAX_SEQ)),
-        )
-        return [StoredRecord(seq, body, checksum) for seq, body, checksum in rows]
+        # Bounded: range searches on the UNIQUE (run_id, seq) index and the segments' key
+        # (EXPLAIN QUERY PLAN: SEARCH, tests/contract/test_paging_bounded.py).
+        upto = min(upto_seq, _MAX_SEQ)
+        with self._reading() as conn:
+            packed = _segments.segments_between(conn, run_id, after_seq, upto)
+            records = _segments.expanded(packed, after_seq, upto, text=True)
+            rows = conn.execute(
+                "SELECT seq, body, checksum FROM unbroken_records WHERE run_id=? AND seq>? AND seq<=? ORDER BY seq",
+                (run_id, after_seq, upto),
+            ).fetchall()
+        return records + [StoredRecord(seq, body, checksum) for seq, body, checksum in rows]
 
     def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int:
         # Walks the (run_id, seq) index back from upto_seq to the first snapshot row: about
-        # snapshot_every rows, never a body (the snapshot column comes before it in the row).
-        rows = self._read(
-            "SELECT seq FROM unbroken_records WHERE run_id=? AND seq<=? AND snapshot=1 ORDER BY seq DESC LIMIT 1",
-            (run_id, _MAX_SEQ if upto_seq is None else min(upto_seq, _MAX_SEQ)),
-        )
-        return int(rows[0][0]) if rows else 0
+        # snapshot_every rows, never a body (the snapshot column comes before it in the row);
+        # then, if the loose rows hold none, the index of one segment at a time, newest first.
+        upto = _MAX_SEQ if upto_seq is None else min(upto_seq, _MAX_SEQ)
+        with self._reading() as conn:
+            rows = conn.execute(
+                "SELECT seq FROM unbroken_records WHERE run_id=? AND seq<=? AND snapshot=1 ORDER BY seq DESC LIMIT 1",
+                (run_id, upto),
+            ).fetchall()
+            return int(rows[0][0]) if rows else _segments.newest_snapshot(conn, run_id, upto)
 
     def read_raw_records(self, run_id: str) -> list[StoredRecord]:
-        # CAST to BLOB hands back the stored UTF-8 as bytes: no decode here, no re-encode
-        # for the checksum, one decode inside json.loads (about a third off a long resume).
-        rows = self._read(
-            "SELECT seq, CAST(body AS BLOB), checksum FROM unbroken_records WHERE run_id=? ORDER BY seq", (run_id,)
-        )
-        if not rows:
+        records = list(self.iter_raw_records(run_id))
+        if not records:
             raise self._not_found(run_id)
-        return [StoredRecord(seq, body, checksum) for seq, body, checksum in rows]
+        return records
 
     def iter_raw_records(self, run_id: str) -> Iterator[StoredRecord]:
-        # Speed+scale override: streamed in one read transaction, a few hundred rows at a time,
-        # as bytes (CAST AS BLOB: no decode here). The loader parses each record and drops its
-        # bytes, so a resume peaks at about the parsed state (a packed read of all bodies at
-        # once peaked near twice that, and was slower with orjson). Yields nothing for no run.
+        for piece in self.iter_load_pieces(run_id):
+            if type(piece) is Segment:
+                yield from piece.records()
+            else:
+                yield piece  # type: ignore[misc]
+
+    def iter_load_pieces(self, run_id: str) -> Iterator[StoredRecord | Segment]:
+        # Speed+scale override: in one read transaction, the run's segments (older records, a
+        # few dozen rows however long the run) and then its loose rows a few hundred at a time,
+        # as bytes (CAST AS BLOB: no decode here). The loader parses each and drops its bytes, so
+        # a resume peaks at about the parsed state. Yields nothing for no run.
         # (Read ahead in a thread (measured, not kept: docs/benchmarks.md), or in chunks of records per statement
         # with the GIL released for the whole chunk, it was no faster at 10,000 turns: the GIL-free
         # part of a read from the page cache is too small.)
@@ -351,6 +425,14 @@ class SQLiteStore(Store):
             conn = self.conn
             conn.execute("BEGIN")
             try:
+                cursor = conn.execute(
+                    "SELECT first_seq, last_seq, idx, seal, bodies FROM unbroken_segments WHERE run_id=? "
+                    "ORDER BY first_seq",
+                    (run_id,),
+                )
+                while segment_rows := cursor.fetchmany(8):
+                    for first, last, idx, seal, bodies in segment_rows:
+                        yield Segment(first, last, bytes(idx), bytes(bodies), seal)
                 cursor = conn.execute(
                     "SELECT seq, CAST(body AS BLOB), checksum FROM unbroken_records WHERE run_id=? ORDER BY seq",
                     (run_id,),
@@ -382,7 +464,13 @@ class SQLiteStore(Store):
 
     def remove_run(self, run_id: str) -> None:
         with self._write() as conn:
-            for table in ("unbroken_records", "unbroken_effects", "unbroken_queue", "unbroken_runs"):
+            for table in (
+                "unbroken_records",
+                "unbroken_segments",
+                "unbroken_effects",
+                "unbroken_queue",
+                "unbroken_runs",
+            ):
                 conn.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
 
     # ------------------------------------------------------------------ effect ledger

@@ -1,7 +1,7 @@
--- unbroken's SQLite schema, version 3. Applied (in one write transaction) only when a store file is
+-- unbroken's SQLite schema, version 4. Applied (in one write transaction) only when a store file is
 -- new or older: opening an up-to-date file never takes the write lock. Every statement is
--- idempotent (IF NOT EXISTS), so upgrading a version 2 file runs this same script (version 3
--- added only the unbroken_append view and its trigger). Statements end with ';' at the end of
+-- idempotent (IF NOT EXISTS), so upgrading a version 2 or 3 file runs this same script (version 3
+-- added only the unbroken_append view and its trigger, version 4 only unbroken_segments). Statements end with ';' at the end of
 -- a line; the loader cuts them with sqlite3.complete_statement (a trigger body holds ';').
 -- One row per run: the cheap summary for listings, plus the lease (owner, fence, expiry).
 CREATE TABLE IF NOT EXISTS unbroken_runs (
@@ -26,6 +26,22 @@ CREATE TABLE IF NOT EXISTS unbroken_records (
     body     TEXT    NOT NULL,
     checksum TEXT    NOT NULL,
     UNIQUE (run_id, seq)
+);
+
+-- Older save points packed together (version 4): records first_seq..last_seq of a run, moved here
+-- from unbroken_records in one transaction once they are no longer among the run's most recent
+-- (SQLiteStore keep_recent / pack_batch). bodies is "[" body "," body ... "]", each body exactly
+-- as it was saved; idx is {"first":..,"checksums":[..],"lengths":[..],"snapshots":[..]}; seal is
+-- the CRC-32 of idx then bodies, written only after every record in it passed the record checks.
+-- A record is in exactly one of the two tables.
+CREATE TABLE IF NOT EXISTS unbroken_segments (
+    run_id    TEXT    NOT NULL,
+    first_seq INTEGER NOT NULL,
+    last_seq  INTEGER NOT NULL,
+    idx       BLOB    NOT NULL,
+    seal      TEXT    NOT NULL,
+    bodies    BLOB    NOT NULL,
+    PRIMARY KEY (run_id, first_seq)
 );
 
 -- The effect ledger: one row per idempotency key.
@@ -80,4 +96,4 @@ BEGIN
     VALUES (NEW.run_id, NEW.seq, NEW.label, NEW.snapshot, NEW.body, NEW.checksum);
 END;
 
-INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '3');
+INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '4');

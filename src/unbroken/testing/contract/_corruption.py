@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import pytest
 
 from ...errors import CorruptCheckpoint
@@ -10,6 +13,8 @@ from ...state import ToolResult
 from ...stores.base import Store
 from ._base import ContractBase
 from ._support import RunWriter, comparable, ledger_entry
+
+T = TypeVar("T")
 
 
 class CorruptionContract(ContractBase):
@@ -53,6 +58,34 @@ class CorruptionContract(ContractBase):
         self.delete_record(store, "run-lost-middle", 3)
 
         self._assert_load_stops_at(store, "run-lost-middle", 2)
+
+    def test_a_save_that_lands_while_a_run_is_read_is_not_taken_for_a_lost_tail(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Another process saves the run while this one loads it: wherever that save lands
+        between the load's reads (of the head, of the records), the load is not damage."""
+        run = self._five_saves(store, "run-racing")
+        read_head, iter_pieces = store.read_head, store.iter_load_pieces
+        step = 5
+
+        def saving_first(read: Callable[[str], T]) -> Callable[[str], T]:
+            saving = False
+
+            def racing(run_id: str) -> T:
+                nonlocal step, saving
+                if not saving:  # (a store's own append may read the head too)
+                    saving = True
+                    step += 1
+                    run.turn(step)  # the other writer's save, landing right before this read
+                return read(run_id)
+
+            return racing
+
+        for patched in ("read_head", "iter_load_pieces"):
+            monkeypatch.setattr(store, patched, saving_first(read_head if patched == "read_head" else iter_pieces))
+            state = store.load("run-racing")
+            assert 5 <= state.save_seq <= step
+            monkeypatch.undo()
 
     def test_a_missing_tail_record_is_detected_against_the_head(self, store: Store) -> None:
         self._five_saves(store, "run-lost-tail")
