@@ -1,11 +1,14 @@
 """The inspector driven like a user would: Debian's headless Chromium against `unbroken ui` on a
-real SQLite store with real runs. Two screenshots for the docs are taken here."""
+real SQLite store with real runs. Two screenshots for the docs are taken here (into docs/images
+with UNBROKEN_UPDATE_DOCS_IMAGES=1, else into a temporary directory)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from ui_agents import approval_agent
@@ -15,7 +18,9 @@ from webdriver import Browser
 
 from unbroken import open_store, ops
 
-IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+# The screenshots in the docs are retaken only when asked (a test run leaves the tree as it was).
+IMAGES = DOCS_IMAGES if os.environ.get("UNBROKEN_UPDATE_DOCS_IMAGES") == "1" else Path(tempfile.mkdtemp())
 
 
 def test_the_runs_list_shows_each_run_and_filters_those_needing_attention(browser: Browser, server: Server) -> None:
