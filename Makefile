@@ -10,7 +10,7 @@ BASE   := $(VENV)/.installed-base
 $(PY):
 	$(PYTHON) -m venv --without-pip $(VENV)
 
-# The demo needs only the package's runtime dependencies (click, rich, orjson) and runs from src/:
+# The demo needs only the package's runtime dependencies (click, rich, orjson, msgspec, xxhash) and runs from src/:
 # no pip in the venv, no build of the package; a few seconds on a fresh clone. The host's pip
 # fills the venv (`pip --python`); without one, the venv gets its own pip first.
 DEPS = $(shell $(PYTHON) -c "import shlex, tomllib; print(' '.join(map(shlex.quote, tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'])))")

@@ -224,8 +224,8 @@ class Segment:
     """Save records ``first..last`` that a store packed together once they were no longer recent
     (docs/format.md, "Segments"): ``bodies`` is ``b"[" + body_1 + b"," + ... + body_n + b"]"``,
     each body exactly as it was saved; ``index_text`` the segment's index (``segment_index``);
-    ``seal`` the CRC-32 of ``index_text`` then ``bodies``, written by ``pack_records`` only after
-    every record in it passed the record checks. Treat it as read-only."""
+    ``seal`` the XXH3-64 of ``index_text`` then ``bodies`` (``segment_seal``), written by
+    ``pack_records`` only after every record in it passed the record checks. Treat it as read-only."""
 
     first: int
     last: int
@@ -274,8 +274,10 @@ def segment_index(index_text: bytes, first: int, last: int, size: int) -> list[t
 
 
 def segment_seal(index_text: bytes, bodies: bytes) -> str:
-    """The seal of a segment: CRC-32 of its index text, then its bodies."""
-    return f"{zlib.crc32(bodies, zlib.crc32(index_text)):08x}"
+    """The seal of a segment: XXH3-64 of its index text, then its bodies (``segment_read.seal``)."""
+    from .segment_read import seal
+
+    return seal(index_text, bodies)
 
 
 def pack_records(records: Sequence[StoredRecord], current: int = SCHEMA_VERSION) -> tuple[Segment, list[int]] | None:

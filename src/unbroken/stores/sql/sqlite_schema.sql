@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS unbroken_records (
 -- from unbroken_records in one transaction once they are no longer among the run's most recent
 -- (SQLiteStore keep_recent / pack_batch). bodies is "[" body "," body ... "]", each body exactly
 -- as it was saved; idx is {"first":..,"checksums":[..],"lengths":[..],"snapshots":[..]}; seal is
--- the CRC-32 of idx then bodies, written only after every record in it passed the record checks.
+-- the XXH3-64 of idx then bodies, written only after every record in it passed the record checks.
 -- A record is in exactly one of the two tables.
 CREATE TABLE IF NOT EXISTS unbroken_segments (
     run_id    TEXT    NOT NULL,
