@@ -128,7 +128,7 @@ def _power_loss_run(
 
     def url(at: Path) -> str:
         # packing: SQLite moves all but the newest record into segments after every save
-        pack = "&keep_recent=1&pack_batch=2" if packing else ""
+        pack = "&keep_recent=1&pack_batch=2&sealed_read_from=0" if packing else ""
         return f"sqlite:///{at / 'store.db'}?durability={durability}{pack}" if kind == "sqlite" else f"file://{at}"
 
     open_store(url(root)).close()

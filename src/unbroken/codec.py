@@ -914,14 +914,15 @@ def decode(
     migrations: Migrations = MIGRATIONS,
     fallback: Callable[[], Iterable[StoredRecord]] | None = None,
     keep_records: bool = True,
+    sealed: bool = True,
 ) -> Decoded:
     """Fold a run's records (in seq order) into its state. ``records`` may be packed (one
     buffer); when the packed buffer does not check out, ``fallback`` (if given) reads the
     records one by one and those are judged instead. ``keep_records=False``: each record is
     folded as it is parsed and let go (faster, less memory); ``Decoded.records`` is then empty
     (no timeline): for a resume, which needs only the state. ``records`` may hold ``Segment``s
-    (a store's packed older records): with ``keep_records=False`` a sealed segment is read in one
-    parse (``segment_read``), otherwise record by record.
+    (a store's packed older records): with ``keep_records=False`` and ``sealed`` a sealed segment
+    is read in one parse (``segment_read``), otherwise record by record (the same state).
 
     With ``recover=False`` any damaged record raises ``CorruptCheckpoint``; with ``recover=True``
     the state is that of the last intact save point before the first damaged record, and
@@ -934,7 +935,7 @@ def decode(
     if paused:
         gc.disable()
     try:
-        return _decode(run_id, records, recover, migrations, fallback, keep_records)
+        return _decode(run_id, records, recover, migrations, fallback, keep_records, sealed)
     finally:
         if paused:
             # Everything parsed sits in the youngest generation, so the first collection after
@@ -953,6 +954,7 @@ def _decode(
     migrations: Migrations,
     fallback: Callable[[], Iterable[StoredRecord]] | None,
     keep_records: bool = True,
+    sealed: bool = True,
 ) -> Decoded:
     fast: list[dict[str, JSONValue]] | None = None
     records: Iterable[StoredRecord | Segment]
@@ -976,7 +978,7 @@ def _decode(
             raise _not_folding(run_id, exc) from exc
     # Each record folded as it is parsed and then let go (a resume needs no list of them): the
     # checks are the same; damage found after a record that does not fold is reported as that.
-    stream = fast if fast is not None else _parse_each(run_id, records, migrations.current, outcome, segments=True)
+    stream = fast if fast is not None else _parse_each(run_id, records, migrations.current, outcome, segments=sealed)
     try:
         return _fold(run_id, stream, outcome, migrations, None, recover)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
@@ -1032,7 +1034,8 @@ def _parse_each(
 
     A ``Segment`` is cut into its records, unless ``segments`` is set and its seal holds
     (``segment_read.records_of``): then its records come as one list of typed objects whose
-    ``fields`` are raw JSON text, which only ``_fold`` takes."""
+    ``fields`` are raw JSON text, which only ``_fold`` takes. (One orjson parse of a whole
+    segment was measured no faster than one a record, so the careful read stays record by record.)"""
     iterator = iter(records)
     expected: int | None = None
     crc = zlib.crc32

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from unbroken import CorruptCheckpoint, segment_read
-from unbroken.codec import Encoder, Segment, segment_seal
+from unbroken.codec import Encoder, Segment, decode
 from unbroken.state import JSONValue, RunState, ToolCall, occurrence_key
 from unbroken.stores import _sqlite_segments
 from unbroken.stores.sqlite import SQLiteStore
@@ -41,7 +41,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def packed_store(path: Path, keep_recent: int = 2, pack_batch: int = 4) -> SQLiteStore:
-    return SQLiteStore(path, durability="normal", keep_recent=keep_recent, pack_batch=pack_batch)
+    return SQLiteStore(path, durability="normal", keep_recent=keep_recent, pack_batch=pack_batch, sealed_read_from=0)
 
 
 def table_counts(path: Path) -> tuple[int, int]:
@@ -121,9 +121,10 @@ def test_the_fast_read_equals_the_careful_read_and_an_unpacked_store(tmp_path: P
     play(plain, "r", 60)
     loose, in_segments = table_counts(tmp_path / "packed.db")
     assert in_segments >= 100 and loose + in_segments == written.save_seq  # most of the run is packed
-    fast = packed.load("r")
-    careful = packed.decode("r", keep_records=True)  # record by record, every checksum
-    assert same_state(fast, careful.state)
+    fast = packed.load("r")  # sealed, one msgspec parse a segment
+    timeline = packed.decode("r", keep_records=True)  # for a timeline: record by record
+    careful = decode("r", packed.read_raw_records("r"))  # record by record, every checksum
+    assert same_state(fast, careful.state) and same_state(timeline.state, careful.state)
     assert fast.pending_calls == written.pending_calls  # expanded from "at" inside a packed record
     assert fast.messages == written.messages and fast.save_seq == written.save_seq
     other = plain.load("r")
@@ -134,7 +135,8 @@ def test_the_fast_read_equals_the_careful_read_and_an_unpacked_store(tmp_path: P
         other.turns,
         other.tokens_used,
     ]
-    assert [info.seq for info in careful.timeline] == list(range(1, written.save_seq + 1))
+    assert [info.seq for info in timeline.timeline] == list(range(1, written.save_seq + 1))
+    assert timeline.timeline == careful.timeline
     packed.close()
     plain.close()
 
@@ -197,10 +199,13 @@ def test_a_flipped_bit_in_a_packed_record_is_reported_as_that_record(tmp_path: P
     assert shown.save_seq == victim - 1
 
 
+@pytest.mark.parametrize("sealed_read_from", [0, 10**9], ids=["sealed", "record-by-record"])
 @pytest.mark.parametrize("column", ["bodies", "idx"])
-def test_no_flipped_bit_anywhere_in_a_segment_gives_a_wrong_state(tmp_path: Path, column: str) -> None:
+def test_no_flipped_bit_anywhere_in_a_segment_gives_a_wrong_state(
+    tmp_path: Path, column: str, sealed_read_from: int
+) -> None:
     """Every 7th byte of one segment's bodies or index, flipped in turn: the load gives the true
-    state or raises CorruptCheckpoint, never anything else."""
+    state or raises CorruptCheckpoint, never anything else (through either sealed read)."""
     path = tmp_path / "runs.db"
     store = packed_store(path)
     truth = play(store, "r", 12)
@@ -217,6 +222,7 @@ def test_no_flipped_bit_anywhere_in_a_segment_gives_a_wrong_state(tmp_path: Path
             Path(f"{path}{suffix}").unlink(missing_ok=True)
         flip_in_segment(path, first, column, offset)
         reopened = packed_store(path)
+        reopened.sealed_read_from = sealed_read_from
         try:
             state = reopened.load("r")
         except CorruptCheckpoint:
@@ -228,7 +234,7 @@ def test_no_flipped_bit_anywhere_in_a_segment_gives_a_wrong_state(tmp_path: Path
     assert wrong == 0
 
 
-def test_the_seal_is_what_catches_a_flip_the_fast_read_would_miss(
+def test_the_seal_is_what_catches_a_flip_the_sealed_read_would_miss(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The check above can fail: with the seal check switched off, a flipped bit in a message of
@@ -244,16 +250,18 @@ def test_the_seal_is_what_catches_a_flip_the_fast_read_would_miss(
     flip_in_segment(path, first, "bodies", offset)
     with pytest.raises(CorruptCheckpoint):
         store.load("r")
-    real = segment_read.records_of
+    with sqlite3.connect(path) as conn:
+        stored, index_text = conn.execute(
+            "SELECT seal, idx FROM unbroken_segments WHERE first_seq=?", (first,)
+        ).fetchone()
+    conn.close()
+    real = segment_read.seal
 
-    def unsealed(segment: Segment, first_seq: int | None, current: int) -> list[Any] | None:
-        # The mechanism mutated: every segment is taken as sealed, whatever its bytes.
-        resealed = segment_seal(segment.index_text, segment.bodies)
-        return real(
-            Segment(segment.first, segment.last, segment.index_text, segment.bodies, resealed), first_seq, current
-        )
+    def unchecked(index: bytes, data: bytes) -> str:
+        # The mechanism mutated: that segment's seal is taken as holding, whatever its bytes.
+        return str(stored) if index == bytes(index_text) else real(index, data)
 
-    monkeypatch.setattr(segment_read, "records_of", unsealed)
+    monkeypatch.setattr(segment_read, "seal", unchecked)
     state = store.load("r")
     assert state.messages != truth.messages
 
@@ -302,7 +310,7 @@ KILL_DURING_PACK = textwrap.dedent(
     from unbroken.stores.sqlite import SQLiteStore
     from unbroken.testing.contract import RunWriter
 
-    store = SQLiteStore(sys.argv[1], keep_recent=2, pack_batch=4)
+    store = SQLiteStore(sys.argv[1], keep_recent=2, pack_batch=4, sealed_read_from=0)
     writer = RunWriter(store, "r")
     for step in range(1, 40):
         writer.turn(step)
@@ -340,7 +348,7 @@ READER = textwrap.dedent(
     """
     import sys, time
     from unbroken.stores.sqlite import SQLiteStore
-    store = SQLiteStore(sys.argv[1], keep_recent=2, pack_batch=4)
+    store = SQLiteStore(sys.argv[1], keep_recent=2, pack_batch=4, sealed_read_from=0)
     print("READY", flush=True)
     loads, seen, deadline = 0, 0, time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -462,3 +470,27 @@ def test_packing_is_set_from_the_store_url_and_bad_values_are_refused(tmp_path: 
     ):
         with pytest.raises(InvalidStoreURL, match=says):
             open_store(f"sqlite:///{tmp_path}/runs.db?{query}")
+
+
+def test_a_short_run_is_read_record_by_record_and_a_long_one_sealed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Below ``sealed_read_from`` records the load does not import msgspec for a handful of
+    segments; at or above it every sealed segment is read in one parse. Same state either way."""
+    store = SQLiteStore(tmp_path / "runs.db", durability="normal", keep_recent=2, pack_batch=4)
+    play(store, "r", 30)
+    head = store.read_head("r")
+    assert head is not None
+    calls: list[int] = []
+    real = segment_read.records_of
+
+    def counting(segment: Segment, first_seq: int | None, current: int) -> list[Any] | None:
+        calls.append(segment.first)
+        return real(segment, first_seq, current)
+
+    monkeypatch.setattr(segment_read, "records_of", counting)
+    careful = store.load("r")
+    assert calls == []
+    store.sealed_read_from = head.seq
+    assert store.load("r") == careful
+    assert calls

@@ -89,7 +89,7 @@ def corrupt_sqlite(store: Store, run_id: str, seq: int) -> None:
 def open_sqlite_packed(tmp: Path) -> Store:
     """SQLite packing after every save: all but the newest record of a run sit in segments of
     two, so every contract test also runs on packed records."""
-    return SQLiteStore(tmp / "runs.db", keep_recent=1, pack_batch=2)
+    return SQLiteStore(tmp / "runs.db", keep_recent=1, pack_batch=2, sealed_read_from=0)
 
 
 def _segment_holding(conn: sqlite3.Connection, run_id: str, seq: int) -> tuple[int, dict[str, Any], bytes] | None:
@@ -460,7 +460,7 @@ BACKENDS = [
             corrupt_sqlite_packed,
             delete_sqlite_packed,
             edit_sqlite,
-            lambda store: SQLiteStore(store.path, keep_recent=1, pack_batch=2),  # type: ignore[attr-defined]
+            lambda store: SQLiteStore(store.path, keep_recent=1, pack_batch=2, sealed_read_from=0),  # type: ignore[attr-defined]
         ),
         id="sqlite-packed",
     ),

@@ -25,7 +25,7 @@ STORE_URLS: dict[str, Callable[[Path], str]] = {
     "sqlite": lambda tmp: f"sqlite:///{tmp / 'runs.db'}",
     # Packing after every save: every crash window is also a window of a run whose records are
     # being moved into segments (and a kill can land inside a pack).
-    "sqlite-packed": lambda tmp: f"sqlite:///{tmp / 'runs.db'}?keep_recent=1&pack_batch=2",
+    "sqlite-packed": lambda tmp: f"sqlite:///{tmp / 'runs.db'}?keep_recent=1&pack_batch=2&sealed_read_from=0",
 }
 if _file_store_available():
     STORE_URLS["file"] = lambda tmp: f"file://{tmp / 'runs'}"

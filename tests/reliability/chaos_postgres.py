@@ -99,7 +99,8 @@ POSTGRES = StoreKind("postgres", _url, copy_store=_copy, drop_store=_drop, drop_
 """One schema per world (``?schema=chaos_<sweep hash>_<run hash>``), dropped with the world."""
 
 SQLITE_PACKED = StoreKind(
-    "sqlite-packed", lambda world: f"sqlite:///{world / CHAOS_DIR / 'store.db'}?keep_recent=1&pack_batch=2"
+    "sqlite-packed",
+    lambda world: f"sqlite:///{world / CHAOS_DIR / 'store.db'}?keep_recent=1&pack_batch=2&sealed_read_from=0",
 )
 """SQLite packing after every save: the sweeps' short runs have their records moved into segments
 as they go, so a kill can land inside a pack and every resume reads segments."""

@@ -59,8 +59,9 @@ def open_store(url: str | None = None) -> Store:
         path = parts.path[1:] if parts.path.startswith("/") else parts.path
         if not path:
             raise InvalidStoreURL(f"store URL {url!r} has no file path; {_HELP}")
-        options = _options(parts.query, {"durability", "keep_recent", "pack_batch"}, url)
-        packing = {name: _whole_number(options, name, url) for name in ("keep_recent", "pack_batch") if name in options}
+        numbers = ("keep_recent", "pack_batch", "sealed_read_from")
+        options = _options(parts.query, {"durability", *numbers}, url)
+        packing = {name: _whole_number(options, name, url) for name in numbers if name in options}
         return SQLiteStore(path, durability=options.get("durability", "full"), url=url, **packing)
     if scheme == "file":
         from .files import FileStore

@@ -58,6 +58,12 @@ class Store(Backend):
     ``multi_process``: several processes on one machine may use it at once); a feature the
     backend lacks raises ``Unsupported`` naming a store that has it."""
 
+    sealed_read_from = 4096
+    """A whole-state load of a run of at least this many save records reads its sealed segments
+    in one parse each (``segment_read``: msgspec, imported then); a shorter run is read record by
+    record, which gives the same state and, for fewer records, costs less than importing msgspec
+    (~8 ms; the one parse saves ~2 us a record)."""
+
     # ------------------------------------------------------------------ refusals
 
     def _refusal(self, run_id: str, expect_seq: int, fence: int | None) -> Exception:
@@ -172,7 +178,10 @@ class Store(Backend):
         try:
             if packed is None:
                 records = self.iter_load_pieces(run_id)
-                decoded = decode(run_id, records, recover=recover, migrations=migrations, keep_records=keep_records)
+                sealed = head is not None and head.seq >= self.sealed_read_from
+                decoded = decode(
+                    run_id, records, recover=recover, migrations=migrations, keep_records=keep_records, sealed=sealed
+                )
             else:
                 decoded = decode(
                     run_id,

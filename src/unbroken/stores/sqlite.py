@@ -69,9 +69,11 @@ class SQLiteStore(Store):
         url: str | None = None,
         keep_recent: int = KEEP_RECENT,
         pack_batch: int = PACK_BATCH,
+        sealed_read_from: int | None = None,
     ) -> None:
         """``keep_recent``: the most recent saves of a run kept one row each; older ones are
-        packed ``pack_batch`` to a segment row (a resume reads a few rows, not one per save)."""
+        packed ``pack_batch`` to a segment row (a resume reads a few rows, not one per save).
+        ``sealed_read_from``: see ``Store.sealed_read_from`` (tests set 0 to read every segment sealed)."""
         if durability not in DURABILITY:
             from ..errors import InvalidStoreURL
 
@@ -84,6 +86,8 @@ class SQLiteStore(Store):
                 f"{pack_batch!r}); the defaults are {KEEP_RECENT} and {PACK_BATCH}"
             )
         self.keep_recent, self.pack_batch = keep_recent, pack_batch
+        if sealed_read_from is not None:
+            self.sealed_read_from = sealed_read_from
         self.path = Path(path)
         self.durability = "power_loss" if durability == "full" else "process_crash"
         self.sync_level = durability
