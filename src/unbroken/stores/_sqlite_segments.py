@@ -20,7 +20,8 @@ import sqlite3
 from .. import crashpoints
 from ..codec import Segment, StoredRecord, pack_records
 
-_COLUMNS = "first_seq, last_seq, idx, seal, bodies"
+COLUMNS = "first_seq, last_seq, idx, seal, bodies"
+"""A segment row's columns, in the order ``Segment`` takes them (the run id aside)."""
 
 
 def _segment(row: tuple[int, int, bytes, str, bytes]) -> Segment:
@@ -53,7 +54,7 @@ def pack(conn: sqlite3.Connection, run_id: str, head_seq: int, keep_recent: int,
             return packed  # the oldest loose record is damaged: it stays as it is, and so does the rest
         segment, _ = result
         conn.execute(
-            f"INSERT INTO unbroken_segments (run_id, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO unbroken_segments (run_id, {COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
             (run_id, segment.first, segment.last, segment.index_text, segment.seal, segment.bodies),
         )
         crashpoints.hit("sqlite.pack.segment_written")  # (a kill here rolls the whole pack back)
@@ -77,7 +78,7 @@ def segments_between(conn: sqlite3.Connection, run_id: str, after_seq: int, upto
     found: list[Segment] = []
     if after_seq > 0:  # the segment that holds record after_seq + 1, if one does
         row = conn.execute(
-            f"SELECT {_COLUMNS} FROM unbroken_segments WHERE run_id=? AND first_seq<=? ORDER BY first_seq DESC LIMIT 1",
+            f"SELECT {COLUMNS} FROM unbroken_segments WHERE run_id=? AND first_seq<=? ORDER BY first_seq DESC LIMIT 1",
             (run_id, after_seq + 1),
         ).fetchone()
         if row is not None and row[1] > after_seq and (upto_seq is None or row[0] <= upto_seq):
@@ -85,12 +86,12 @@ def segments_between(conn: sqlite3.Connection, run_id: str, after_seq: int, upto
     low = after_seq + 1 if after_seq > 0 else 0
     if upto_seq is None:
         rows = conn.execute(
-            f"SELECT {_COLUMNS} FROM unbroken_segments WHERE run_id=? AND first_seq>? ORDER BY first_seq",
+            f"SELECT {COLUMNS} FROM unbroken_segments WHERE run_id=? AND first_seq>? ORDER BY first_seq",
             (run_id, low),
         )
     else:
         rows = conn.execute(
-            f"SELECT {_COLUMNS} FROM unbroken_segments WHERE run_id=? AND first_seq>? AND first_seq<=? "
+            f"SELECT {COLUMNS} FROM unbroken_segments WHERE run_id=? AND first_seq>? AND first_seq<=? "
             "ORDER BY first_seq",
             (run_id, low, upto_seq),
         )

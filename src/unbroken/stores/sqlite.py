@@ -425,27 +425,19 @@ class SQLiteStore(Store):
         # (Read ahead in a thread (measured, not kept: docs/benchmarks.md), or in chunks of records per statement
         # with the GIL released for the whole chunk, it was no faster at 10,000 turns: the GIL-free
         # part of a read from the page cache is too small.)
-        with self._lock, self._translate():
-            conn = self.conn
-            conn.execute("BEGIN")
-            try:
-                cursor = conn.execute(
-                    "SELECT first_seq, last_seq, idx, seal, bodies FROM unbroken_segments WHERE run_id=? "
-                    "ORDER BY first_seq",
-                    (run_id,),
-                )
-                while segment_rows := cursor.fetchmany(8):
-                    for first, last, idx, seal, bodies in segment_rows:
-                        yield Segment(first, last, bytes(idx), bytes(bodies), seal)
-                cursor = conn.execute(
-                    "SELECT seq, CAST(body AS BLOB), checksum FROM unbroken_records WHERE run_id=? ORDER BY seq",
-                    (run_id,),
-                )
-                while rows := cursor.fetchmany(256):
-                    for seq, body, checksum in rows:
-                        yield StoredRecord(seq, body, checksum)
-            finally:
-                conn.execute("COMMIT")
+        with self._reading() as conn:
+            cursor = conn.execute(
+                f"SELECT {_segments.COLUMNS} FROM unbroken_segments WHERE run_id=? ORDER BY first_seq", (run_id,)
+            )
+            while segment_rows := cursor.fetchmany(8):
+                for first, last, idx, seal, bodies in segment_rows:
+                    yield Segment(first, last, bytes(idx), bytes(bodies), seal)
+            cursor = conn.execute(
+                "SELECT seq, CAST(body AS BLOB), checksum FROM unbroken_records WHERE run_id=? ORDER BY seq", (run_id,)
+            )
+            while rows := cursor.fetchmany(256):
+                for seq, body, checksum in rows:
+                    yield StoredRecord(seq, body, checksum)
 
     def list_summaries(self) -> list[RunSummary]:
         rows = self._read(
