@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from . import crashpoints, hooks
+from . import clock, crashpoints, hooks
 from .codec import Encoder, canonical_hash
 from .errors import ApprovalError, ApprovalExpired, ConfigError
 from .leases import acquire, make_owner
@@ -103,7 +103,7 @@ def gate(session: RunSession, calls: list[ToolCall]) -> bool:
     has no valid one, and stop the run (saved, ``awaiting_approval``) while any is undecided.
     True when the calls may be settled now (each gated call approved or denied)."""
     state = session.state
-    now = time.time()
+    now = clock.wall()
     keys = {call.idempotency_key for call in state.pending_calls}
     approvals = {key: record for key, record in (state.approvals or {}).items() if key in keys}
     asked: list[ToolCall] = []
@@ -222,7 +222,7 @@ def decide(
                 f"call {call.id} of run {run_id!r} has argument digest {bound}, not {digest}: the arguments "
                 "are not the ones you were shown; nothing was recorded"
             )
-        now = time.time()
+        now = clock.wall()
         expires_at = record.get("expires_at")
         if expires_at is not None and now > float(expires_at):
             raise ApprovalExpired(

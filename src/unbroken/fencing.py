@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import contextvars
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
+from . import clock
 from .errors import LeaseLost, UnbrokenError
 from .state import Lease
 from .stores.base import Store
@@ -80,11 +80,11 @@ class LeaseGuard:
         self.lost: LeaseLost | None = None
         self._lease = lease
         self._lock = threading.Lock()
-        sent = time.monotonic() if obtained_at is None else obtained_at
+        sent = clock.monotonic() if obtained_at is None else obtained_at
         # The store set the expiry to (its now + ttl) after we sent the request: measured from
         # the send time on our monotonic clock, the lease is certainly still ours until here.
         self._deadline = sent + ttl
-        self._trust_absence_at = self._absence_trusted_from(lease, time.monotonic())
+        self._trust_absence_at = self._absence_trusted_from(lease, clock.monotonic())
 
     def _absence_trusted_from(self, lease: Lease, received: float) -> float:
         """Local monotonic time from which "not executed" about an in-doubt call is evidence."""
@@ -117,7 +117,7 @@ class LeaseGuard:
     def remaining(self) -> float:
         """Seconds of the lease certainly left, on this process's monotonic clock, since the
         last successful renewal (negative once that much time has passed)."""
-        return self._deadline - time.monotonic()
+        return self._deadline - clock.monotonic()
 
     # ------------------------------------------------------------------ renewing and checking
 
@@ -127,7 +127,7 @@ class LeaseGuard:
         errors propagate unchanged."""
         if self.lost is not None:
             raise self.lost
-        sent = time.monotonic()
+        sent = clock.monotonic()
         try:
             lease = self.store.renew_lease(self._lease, self.ttl)
         except LeaseLost as exc:
@@ -187,7 +187,7 @@ class LeaseGuard:
     def absence_needs_wait(self) -> float:
         """Seconds still to wait before a "not executed" probe about a call left in doubt by
         the previous holder is evidence (0 when it already is)."""
-        return max(0.0, self._trust_absence_at - time.monotonic())
+        return max(0.0, self._trust_absence_at - clock.monotonic())
 
     def wait_before_trusting_absence(self) -> bool:
         """Call after a probe answered "not executed" for a call left in doubt. Returns False
@@ -197,7 +197,7 @@ class LeaseGuard:
         wait = self.absence_needs_wait()
         if wait <= 0:
             return False
-        time.sleep(wait)
+        clock.sleep(wait)
         return True
 
 

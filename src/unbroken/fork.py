@@ -23,10 +23,9 @@ is returned as is).
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass, replace
 
-from . import crashpoints
+from . import clock, crashpoints
 from .codec import decode, encode_full, fold_fields
 from .errors import ConfigError, CorruptCheckpoint
 from .leases import acquire, make_owner
@@ -73,7 +72,7 @@ def _fork(store: Store, run_id: str, at: int, new_run_id: str | None, *, in_doub
     _inherit_open_calls(store, run_id, new_run_id, state, in_doubt=in_doubt)
     state.run_id = new_run_id
     state.save_seq = 1
-    state.updated_at = time.time()
+    state.updated_at = clock.wall()
     _ask_again(state)
     encoded = encode_full(state, label)
     crashpoints.hit("fork.before")
@@ -96,7 +95,7 @@ def rewind(store: Store, run_id: str, *, to: int) -> Fork:
         kept = _fork(store, run_id, head, f"{run_id}.branch-{head}", in_doubt="unknown")
         settled, after = _split_ledger(store, run_id, state, keys)
         state.save_seq = head + 1
-        state.updated_at = time.time()
+        state.updated_at = clock.wall()
         _ask_again(state)
         encoded = encode_full(state, f"rewound to save {to}; the old branch is run {kept.run_id}")
         crashpoints.hit("rewind.before")

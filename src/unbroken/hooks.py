@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import clock
 from .state import JSONValue, ToolCall, ToolResult
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class RunStarted:
     resumed: bool
     save_seq: int
     turns: int
-    at: float = field(default_factory=time.time)
+    at: float = field(default_factory=clock.wall)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class RunEnded:
     turns: int
     tokens_used: int
     error: str | None = None
-    at: float = field(default_factory=time.time)
+    at: float = field(default_factory=clock.wall)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class ModelCallStarted:
     turn: int
     provider: str
     model: str | None
-    at: float = field(default_factory=time.time)
+    at: float = field(default_factory=clock.wall)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class ModelCallEnded:
     tool_calls: int
     seconds: float
     error: str | None = None
-    at: float = field(default_factory=time.time)
+    at: float = field(default_factory=clock.wall)
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class ToolStarted:
     call_id: str
     tool: str
     effect: str
-    at: float = field(default_factory=time.time)
+    at: float = field(default_factory=clock.wall)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class ToolEnded:
     outcome: str
     is_error: bool
     seconds: float | None
-    at: float = field(default_factory=time.time)
+    at: float = field(default_factory=clock.wall)
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class SavePoint:
     phase: str
     turns: int
     tokens_used: int
-    at: float = field(default_factory=time.time)
+    at: float = field(default_factory=clock.wall)
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ class ReconcileDecision:
     action: str
     outcome: str | None
     reason: str
-    at: float = field(default_factory=time.time)
+    at: float = field(default_factory=clock.wall)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ class LeaseWasLost:
 
     run_id: str
     reason: str
-    at: float = field(default_factory=time.time)
+    at: float = field(default_factory=clock.wall)
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ class ApprovalRequested:
     input: dict[str, JSONValue]
     digest: str
     expires_at: float | None
-    at: float = field(default_factory=time.time)
+    at: float = field(default_factory=clock.wall)
 
 
 Event = (

@@ -19,11 +19,11 @@ model as an unknown outcome. Turns and tokens carry on from the file.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from . import clock
 from .codec import Encoder, ensure_json
 from .errors import ConfigError, NotJSONValue
 from .leases import acquire, make_owner
@@ -69,7 +69,7 @@ def import_run(store: Store, source: Path | Mapping[str, Any], run_id: str | Non
         raise ConfigError(f"run {run_id!r} already exists in {store.url}; import under another --run-id")
     lease = acquire(store, run_id, make_owner(), 30.0)
     try:
-        now = time.time()
+        now = clock.wall()
         entries = tuple(
             LedgerEntry(run_id, call.idempotency_key, call.id, call.name, args_hash(call), "pending", 1, None, now, now)
             for call in pending

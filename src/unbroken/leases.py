@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 import uuid
 from pathlib import Path
 
+from . import clock
 from .errors import LeaseHeld, LeaseLost
 from .fencing import LeaseGuard, Takeover
 from .state import Lease, check_run_id
@@ -110,7 +110,7 @@ def take_lease(store: Store, run_id: str, owner: str, ttl: float, *, grace: floa
     otherwise ``LeaseHeld``. Durable when it returns."""
     head = store.read_head(check_run_id(run_id))  # the lease as stored, live or expired
     now = store.store_time()
-    sent = time.monotonic()
+    sent = clock.monotonic()
     live = head is not None and head.owner is not None and head.expires_at > now
     if head is not None and head.owner is not None and live and head.owner != owner:
         if not owner_is_dead(head.owner):

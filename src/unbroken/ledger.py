@@ -8,12 +8,11 @@ A key already used with different arguments is refused with ``IdempotencyConflic
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from . import crashpoints
+from . import clock, crashpoints
 from .codec import canonical_hash
 from .errors import IdempotencyConflict
 from .state import LedgerEntry, LedgerStatus, ToolCall, ToolResult
@@ -51,7 +50,7 @@ class EffectLedger:
 
     def claim(self, call: ToolCall) -> Claim:
         """Durably record the intent to run ``call`` unless its key is already known."""
-        now = time.time()
+        now = clock.wall()
         entry = LedgerEntry(
             run_id=self.run_id,
             key=call.idempotency_key,
@@ -85,13 +84,13 @@ class EffectLedger:
     def retry(self, entry: LedgerEntry) -> LedgerEntry:
         """Record a new attempt of an in-doubt call known to be safe to run again."""
         crashpoints.hit("ledger.before_intent")
-        again = replace(entry, status="pending", attempts=entry.attempts + 1, updated_at=time.time())
+        again = replace(entry, status="pending", attempts=entry.attempts + 1, updated_at=clock.wall())
         self.store.ledger_put(again, fence=self._fence())
         crashpoints.hit("ledger.after_intent")
         return again
 
     def mark_unknown(self, entry: LedgerEntry) -> LedgerEntry:
-        unknown = replace(entry, status="unknown", updated_at=time.time())
+        unknown = replace(entry, status="unknown", updated_at=clock.wall())
         self.store.ledger_put(unknown, fence=self._fence())
         return unknown
 
@@ -99,7 +98,7 @@ class EffectLedger:
     def outcome(entry: LedgerEntry, result: ToolResult) -> LedgerEntry:
         """The entry to save with the run's record once the tool has returned."""
         status: LedgerStatus = "failed" if result.is_error else "succeeded"
-        return replace(entry, status=status, result=result, updated_at=time.time())
+        return replace(entry, status=status, result=result, updated_at=clock.wall())
 
     def get(self, key: str) -> LedgerEntry | None:
         return self.store.ledger_get(self.run_id, key)
@@ -107,14 +106,14 @@ class EffectLedger:
     def wait_settled(self, key: str, timeout: float, poll: float = 0.05) -> LedgerEntry | None:
         """Wait for another executor of ``key`` to record its outcome (or declare it
         unknown); returns the entry as it then stands, or as it stood at ``timeout``."""
-        deadline = time.monotonic() + timeout
+        deadline = clock.monotonic() + timeout
         while True:
             entry = self.get(key)
             if entry is not None and entry.status != "pending":
                 return entry
-            if time.monotonic() >= deadline:
+            if clock.monotonic() >= deadline:
                 return entry
-            time.sleep(poll)
+            clock.sleep(poll)
 
     def run_once(self, call: ToolCall, execute: Callable[[], ToolResult], *, wait: float = 30.0) -> ToolResult:
         """Run ``execute`` at most once for ``call.idempotency_key`` across threads and

@@ -19,14 +19,13 @@ own code call the same functions. Each takes an open ``Store``, prints nothing, 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from . import paging
+from . import clock, paging
 from .approvals import ApprovalRequest, decide, pending_approvals
 from .codec import MIGRATIONS, Decoded, StoredRecord, encode_full, peek_version, reads_natively
 from .errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, RunNotFound, StoreUnavailable
@@ -327,7 +326,7 @@ def migrate_run(store: Store, run_id: str) -> int:
         head = store.read_records(run_id)[-1].seq
         state = store.decode(run_id).state  # folds and migrates in memory
         state.save_seq = head + 1
-        state.updated_at = time.time()
+        state.updated_at = clock.wall()
         reason = f"migrated from schema {plan.version}"
         store.rewrite(run_id, [encode_full(state, reason)], expect_seq=head, fence=lease.fence)
     finally:
@@ -419,7 +418,7 @@ def recover(store: Store, run_id: str, *, to: int | None = None) -> Recovery:
                 }
             )
         state.save_seq = head + 1
-        state.updated_at = time.time()
+        state.updated_at = clock.wall()
         store.rewrite(
             run_id, [encode_full(state, f"recovered from save {recovered_from}")], expect_seq=head, fence=lease.fence
         )

@@ -31,7 +31,6 @@ from __future__ import annotations
 import itertools
 import json
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
@@ -39,6 +38,7 @@ from typing import IO, Any
 
 import orjson
 
+from . import clock
 from .codec import (
     MAX_RECORD_BYTES,
     MIGRATIONS,
@@ -422,7 +422,7 @@ def stream_export(
     export stops with ``CorruptCheckpoint``: write to a file (``export --out``) to never leave half
     a document."""
     check_run_id(run_id)
-    at = time.time() if exported_at is None else exported_at
+    at = clock.wall() if exported_at is None else exported_at
     with tempfile.SpooledTemporaryFile(max_size=4 << 20, mode="w+", encoding="utf-8") as saves:
         try:
             head, fields, count = _first_pass(store, run_id, saves, migrations)
@@ -460,7 +460,7 @@ def export_document(store: Store, run_id: str, *, exported_at: float | None = No
     return {
         "format": "unbroken.export",
         "format_version": 1,
-        "exported_at": time.time() if exported_at is None else exported_at,
+        "exported_at": clock.wall() if exported_at is None else exported_at,
         "damaged": decoded.problem,
         "state": {**state.small_fields(), "messages": state.messages},
         "save_points": [asdict(info) for info in decoded.timeline],

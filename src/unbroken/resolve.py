@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-
+from . import clock
 from .codec import Encoder
 from .errors import ConfigError
 from .leases import acquire, make_owner
@@ -53,7 +52,7 @@ def resolve_call(
             state.phase = "running_tools"
             state.error = None
         state.save_seq += 1
-        state.updated_at = time.time()
+        state.updated_at = clock.wall()
         encoded = encoder.encode(state, "resolved", ledger=ledger_entries)
         store.append(encoded, expect_seq=state.save_seq - 1, fence=lease.fence)
         return state

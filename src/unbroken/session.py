@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from . import crashpoints, hooks
+from . import clock, crashpoints, hooks
 from .codec import LAYOUT_ONLY, MAX_RECORD_BYTES, EncodedSave, Encoder, encode_full, ensure_json
 from .errors import (
     ConfigError,
@@ -135,7 +135,7 @@ class RunSession:
         if rewrite_reason is not None:
             head = self.store.read_records(self.run_id)[-1].seq
             state.save_seq = max(head, decoded.last_seq) + 1
-            state.updated_at = time.time()
+            state.updated_at = clock.wall()
             self.store.rewrite(self.run_id, [encode_full(state, rewrite_reason)], expect_seq=head, fence=self.fence())
         self.encoder.prime(state)
         if state.schema_version in LAYOUT_ONLY:  # read as it is; saved from now on at the current schema
@@ -197,7 +197,7 @@ class RunSession:
         state = self.state
         previous = state.save_seq
         state.save_seq = previous + 1
-        state.updated_at = time.time()
+        state.updated_at = clock.wall()
         try:
             encoded = self.encoder.encode(state, label, force_snapshot=force_snapshot, ledger=tuple(ledger))
             check_size(encoded)
@@ -341,7 +341,7 @@ class RunSession:
     def handle_unknown(self, call: ToolCall, decision: Decision) -> bool:
         """Apply the unknown-outcome policy. Returns False when the run must stop here."""
         assert decision.entry is not None
-        entry = replace(decision.entry, status="unknown", updated_at=time.time())
+        entry = replace(decision.entry, status="unknown", updated_at=clock.wall())
         policy = self.agent.unknown_policy
         self.reconciled.append((call.id, call.name, "unknown"))
         if policy == "tell_model":

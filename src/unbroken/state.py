@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, get_args
+
+from . import clock
 
 SCHEMA_VERSION = 2
 """Version of unbroken's own checkpoint format (docs/format.md). Version 1 records are still read
@@ -153,8 +154,8 @@ class RunState:
     """Messages before this index were checked for tool calls left without a result and held none
     other than ``pending_calls`` (``RunSession.repair_dangling``), so a resumed run scans only from
     here. 0 (the whole history is scanned) for runs imported, forked, rewound or recovered."""
-    created_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
+    created_at: float = field(default_factory=clock.wall)
+    updated_at: float = field(default_factory=clock.wall)
 
     @property
     def finished(self) -> bool:
@@ -297,8 +298,8 @@ class LedgerEntry:
     status: LedgerStatus
     attempts: int = 1
     result: ToolResult | None = None
-    created_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
+    created_at: float = field(default_factory=clock.wall)
+    updated_at: float = field(default_factory=clock.wall)
 
     def to_json(self) -> dict[str, JSONValue]:
         return {

@@ -12,12 +12,11 @@ shows.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import paging
+from . import clock, paging
 from .codec import Decoded, fold_fields, save_info
 from .errors import CorruptCheckpoint, RunNotFound
 from .state import TERMINAL_PHASES, LedgerEntry, SaveInfo, check_run_id
@@ -50,7 +49,7 @@ def follow(
     interval: float = 0.5,
     timeout: float | None = None,
     until_stopped: bool = True,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] = clock.sleep,
     history: int | None = 50,
 ) -> Iterator[Update]:
     """Yield the run's last ``history`` save points (None: every one), then one ``Update`` per
@@ -76,8 +75,8 @@ def follow(
     yield first
     if until_stopped and first.stopped:
         return
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while deadline is None or time.monotonic() < deadline:
+    deadline = None if timeout is None else clock.monotonic() + timeout
+    while deadline is None or clock.monotonic() < deadline:
         sleep(interval)
         head = store.read_head(run_id)
         if head is None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from .. import clock
 from ..codec import Encoder, encode_full
 from ..errors import ConcurrentSave, RunNotFound
 from ..state import JSONValue, RunState, check_run_id
@@ -121,7 +121,7 @@ class RunLog:
                     save_seq=state.save_seq + 1,
                     messages=state.messages + new_items,
                     business_state=new_head if new_head is not None else state.business_state,
-                    updated_at=time.time(),
+                    updated_at=clock.wall(),
                 )
                 encoded = self._encoder.encode(updated, self.kind)
                 try:
@@ -140,7 +140,7 @@ class RunLog:
         with self._lock:
             state = self._loaded()
             updated = replace(
-                state, save_seq=state.save_seq + 1, messages=list(items), business_state=head, updated_at=time.time()
+                state, save_seq=state.save_seq + 1, messages=list(items), business_state=head, updated_at=clock.wall()
             )
             if state.save_seq == 0:
                 self.append(items, head)

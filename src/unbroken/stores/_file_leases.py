@@ -6,9 +6,9 @@ the local clock: a file store serves one machine.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
+from .. import clock
 from ._file_format import lease_bytes, lease_state
 from ._file_runs import RunDirectories
 from .backend import Refused, RunHead
@@ -18,7 +18,7 @@ class LeaseFiles(RunDirectories):
     """The head primitives of ``FileStore``, and the fence check its writes make."""
 
     def store_time(self) -> float:
-        return time.time()  # one machine, one clock
+        return clock.wall()  # one machine, one clock
 
     def _check_fence(self, run_dir: Path, fence: int | None) -> None:
         if fence is not None and lease_state(run_dir)[1] != fence:

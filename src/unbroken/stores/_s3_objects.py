@@ -7,7 +7,6 @@ from __future__ import annotations
 import email.utils
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -16,6 +15,7 @@ import boto3  # type: ignore[import-untyped]  # no stubs shipped; its calls are 
 import botocore.config  # type: ignore[import-untyped]
 import botocore.exceptions  # type: ignore[import-untyped]
 
+from .. import clock
 from ..errors import MissingStoreFeature, StoreUnavailable
 
 T = TypeVar("T")
@@ -196,7 +196,7 @@ class Bucket:
 
     def now(self) -> float:
         """Now on the storage service's clock (its ``Date`` header, to within about a second)."""
-        return time.time() + self.clock_offset
+        return clock.wall() + self.clock_offset
 
     def check_conditional_writes(self) -> None:
         """Prove on a scratch object that the service honours If-None-Match: * and If-Match on
@@ -220,9 +220,9 @@ class Bucket:
 
         def timed(put: Callable[[], Any]) -> Any:
             nonlocal low, high
-            sent = time.time()
+            sent = clock.wall()
             reply = put()
-            received = time.time()
+            received = clock.wall()
             headers = reply.get("ResponseMetadata", {}).get("HTTPHeaders", {})
             if "date" in headers:  # whole seconds: the true time is in [date, date + 1)
                 server = email.utils.parsedate_to_datetime(headers["date"]).timestamp()

@@ -46,12 +46,11 @@ import itertools
 import json
 import os
 import secrets
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from .. import crashpoints
+from .. import clock, crashpoints
 from ..codec import EncodedSave
 from ..errors import IncompatibleSchema, InvalidRunId, StoreUnavailable
 from ..state import RunSummary, check_run_id
@@ -143,7 +142,7 @@ class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
         try:
             for name in os.listdir(self._trash):
                 remove_tree(self._trash / name)
-            stale = time.time() - 3600
+            stale = clock.wall() - 3600
             for name in os.listdir(self._runs):
                 staged = self._runs / name
                 if name.startswith(".new-") and staged.stat().st_mtime < stale:

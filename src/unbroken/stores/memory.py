@@ -6,10 +6,10 @@ from __future__ import annotations
 import bisect
 import heapq
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .. import clock
 from ..codec import EncodedSave, StoredRecord
 from ..state import RunSummary
 from .backend import Refused, RunHead, SealedEntry, Submission
@@ -50,7 +50,7 @@ class InMemoryStore(Store):
     # ------------------------------------------------------------------ head and clock
 
     def store_time(self) -> float:
-        return time.time()
+        return clock.wall()
 
     def read_head(self, run_id: str) -> RunHead | None:
         with self._lock:

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import threading
-import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .. import crashpoints
+from .. import clock, crashpoints
 from ..codec import EncodedSave, StoredRecord, dumps
 from ..errors import ConcurrentSave, IncompatibleSchema, InvalidStoreURL, StoreUnavailable
 from ..state import Lease, RunSummary
@@ -265,7 +264,7 @@ class PostgresStore(Store):
     def _run(self, op: Callable[[Conn, bool], T]) -> T:
         """Run ``op(connection, retried)``, retrying on a lost connection until ``retry_for``
         has passed. ``retried`` tells ``op`` that an earlier attempt may have committed."""
-        deadline = time.monotonic() + self.settings.retry_for
+        deadline = clock.monotonic() + self.settings.retry_for
         pause = 0.02
         retried = False
         while True:
@@ -279,11 +278,11 @@ class PostgresStore(Store):
                     with psycopg.connect(self.settings.conninfo, autocommit=True) as conn:
                         return op(conn, True)
             except psycopg.OperationalError as exc:
-                left = deadline - time.monotonic()
+                left = deadline - clock.monotonic()
                 if left <= 0:
                     raise self._unreachable(exc) from exc
                 retried = True
-                time.sleep(min(pause, left))
+                clock.sleep(min(pause, left))
                 pause = min(pause * 2, 0.5)
             except psycopg.Error as exc:
                 raise StoreUnavailable(f"PostgreSQL store at {self.settings.where}: {_one_line(exc)}") from exc
@@ -299,7 +298,7 @@ class PostgresStore(Store):
         closed. A lost connection is retried like ``_run`` until the first item has come; after
         that it raises ``StoreUnavailable`` (a read started again would be another snapshot,
         and the reader has taken part of this one)."""
-        deadline = time.monotonic() + self.settings.retry_for
+        deadline = clock.monotonic() + self.settings.retry_for
         pause = 0.02
         started = False
         while True:
@@ -320,7 +319,7 @@ class PostgresStore(Store):
                     yield from items  # (not one loop level more per item)
                     return
             except psycopg.OperationalError as exc:
-                left = deadline - time.monotonic()
+                left = deadline - clock.monotonic()
                 if started:
                     raise StoreUnavailable(
                         f"lost the connection to PostgreSQL at {self.settings.where} in the middle of a read "
@@ -328,7 +327,7 @@ class PostgresStore(Store):
                     ) from exc
                 if left <= 0:
                     raise self._unreachable(exc) from exc
-                time.sleep(min(pause, left))
+                clock.sleep(min(pause, left))
                 pause = min(pause * 2, 0.5)
             except psycopg.Error as exc:
                 raise StoreUnavailable(f"PostgreSQL store at {self.settings.where}: {_one_line(exc)}") from exc

@@ -24,13 +24,12 @@ from __future__ import annotations
 import functools
 import json
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
 
-from .. import crashpoints
+from .. import clock, crashpoints
 from ..codec import EncodedSave, PackedRecords, StoredRecord, dumps
 from ..errors import CorruptCheckpoint, InvalidStoreURL, StoreUnavailable
 from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunSummary
@@ -87,20 +86,20 @@ class RedisStore(Store):
     def _call(self, op: Callable[[bool], T]) -> T:
         """Run ``op(retried)``, retrying while the server is unreachable, for up to ``retry_for``
         seconds. ``retried`` tells ``op`` that an earlier attempt may have been applied."""
-        deadline = time.monotonic() + self.retry_for
+        deadline = clock.monotonic() + self.retry_for
         pause, retried = 0.02, False
         while True:
             try:
                 return op(retried)
             except _TRANSIENT as exc:
-                left = deadline - time.monotonic()
+                left = deadline - clock.monotonic()
                 if left <= 0:
                     raise StoreUnavailable(
                         f"Redis at {self.where} is unreachable ({exc}); gave up after {self.retry_for:g}s. "
                         "The run is intact at its last save point."
                     ) from exc
                 retried = True
-                time.sleep(min(pause, left))
+                clock.sleep(min(pause, left))
                 pause = min(pause * 2, 0.5)
             except redis.RedisError as exc:
                 raise StoreUnavailable(f"Redis at {self.where}: {exc}") from exc

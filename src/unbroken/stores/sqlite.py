@@ -25,13 +25,12 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .. import crashpoints
+from .. import clock, crashpoints
 from ..codec import EncodedSave, Segment, StoredRecord, dumps
 from ..errors import CorruptCheckpoint, IncompatibleSchema, StoreUnavailable
 from ..state import RunSummary
@@ -150,7 +149,7 @@ class SQLiteStore(Store):
         """Create or upgrade the schema, once, in one write transaction (only for new or old files)."""
         # Switching a new file to WAL needs an exclusive lock and does not wait on busy_timeout: when
         # two processes create one store at once, the loser gets "database is locked" at once. Retry.
-        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        deadline = clock.monotonic() + BUSY_TIMEOUT_MS / 1000
         if found == 0:  # only a new, empty file takes it: an existing file keeps its page size
             conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
         while True:
@@ -158,9 +157,9 @@ class SQLiteStore(Store):
                 mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 break
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
+                if "locked" not in str(exc) or clock.monotonic() > deadline:
                     raise
-                time.sleep(0.01)
+                clock.sleep(0.01)
         if str(mode).lower() != "wal":
             raise StoreUnavailable(f"cannot put {self.path} in WAL mode (got {mode!r})")
         from importlib import resources  # only here: importing it costs a resume ~10 ms (zipfile, tempfile, ...)

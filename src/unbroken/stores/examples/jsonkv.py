@@ -24,12 +24,12 @@ import json
 import os
 import shutil
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ... import clock
 from ...codec import EncodedSave, StoredRecord
 from ...state import LedgerEntry, RunSummary
 from ..backend import Refused, RunHead, SealedEntry, Submission, seal
@@ -82,7 +82,7 @@ class JsonKVStore(Store):
     # ------------------------------------------------------------------ head and clock
 
     def store_time(self) -> float:
-        return time.time()
+        return clock.wall()
 
     def read_head(self, run_id: str) -> RunHead | None:
         with self._lock:
