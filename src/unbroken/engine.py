@@ -386,18 +386,12 @@ async def drive_async(session: RunSession) -> None:
     agent = session.agent
     steps = run_steps(session)
     running: set[asyncio.Task[Job]] = set()
-    acting: set[asyncio.Task[Job]] = set()  # the started tools that are not read-only
-    try:
-        await _drive_async(session, agent, steps, running, acting)
-    finally:
-        if any(not task.done() for task in running & acting):
-            # Ended (cancelled, or an error) while a started tool that may act still runs in its
-            # thread: the lease must expire rather than be released (see _hold). A read-only tool
-            # left running changes nothing, so it does not hold the run.
-            session.tools_left_running = True
+    # A tool left running when this ends (cancelled, an error) keeps the lease from being
+    # released while it may act: its ``acting`` scope (or its thread) is counted by the guard.
+    await _drive_async(session, agent, steps, running)
 
 
-async def _drive_async(session: RunSession, agent: Any, steps: Any, running: set[Any], acting: set[Any]) -> None:
+async def _drive_async(session: RunSession, agent: Any, steps: Any, running: set[Any]) -> None:
     import asyncio
 
     reply: Any = None
@@ -412,8 +406,6 @@ async def _drive_async(session: RunSession, agent: Any, steps: Any, running: set
             if isinstance(operation, Start):
                 task = asyncio.ensure_future(execute_async(session, operation.job))
                 running.add(task)
-                if operation.job.tool.effect != "read_only":
-                    acting.add(task)
                 await asyncio.sleep(0)  # let it begin
                 reply = _collect(running, [task for task in running if task.done()])
             elif isinstance(operation, Wait):

@@ -10,9 +10,11 @@ import contextvars
 import inspect
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .errors import LeaseError
+from .fencing import keep_acting
 from .reconcile import render_content
 from .state import JSONValue, ToolCall, ToolResult
 from .tools import Tool
@@ -33,10 +35,9 @@ def invoke_sync(tool: Tool, call: ToolCall, business_state: dict[str, JSONValue]
         except LeaseError as exc:  # handed to the caller's thread, which ends the session
             box.append(exc)
 
-    # A thread cannot be killed: past the timeout it is left running (daemon) and abandoned.
-    worker = threading.Thread(target=work, name=f"unbroken-tool-{tool.name}", daemon=True)
-    worker.start()
-    worker.join(tool.timeout)
+    # A thread cannot be killed: past the timeout (or when this thread is interrupted) it is left
+    # running (daemon) and abandoned, still counted as able to act until it returns.
+    _start_thread(tool, work).join(tool.timeout)
     if not box:
         return None
     if isinstance(box[0], LeaseError):
@@ -71,10 +72,8 @@ async def invoke_async(tool: Tool, call: ToolCall, business_state: dict[str, JSO
         async with scope:
             if tool.is_async:
                 value = await tool.fn(**tool.arguments(call, business_state))
-            elif tool.timeout is not None:
-                value = await _in_own_thread(tool, call, business_state)
             else:
-                value = await asyncio.to_thread(tool.fn, **tool.arguments(call, business_state))
+                value = await _in_own_thread(tool, call, business_state)
             if inspect.isawaitable(value):
                 value = await value
     except LeaseError:
@@ -87,8 +86,9 @@ async def invoke_async(tool: Tool, call: ToolCall, business_state: dict[str, JSO
 
 
 async def _in_own_thread(tool: Tool, call: ToolCall, business_state: dict[str, JSONValue]) -> Any:
-    """A sync tool with a timeout runs in its own daemon thread, not the loop's executor: a
-    hung one is abandoned without holding up ``asyncio.run``'s shutdown."""
+    """A sync tool runs in its own daemon thread, not the loop's executor: one abandoned (past
+    its timeout, or when the run is cancelled) neither holds up ``asyncio.run``'s shutdown nor
+    is forgotten: it counts as able to act until it returns (``_start_thread``)."""
     import asyncio
 
     loop = asyncio.get_running_loop()
@@ -112,8 +112,29 @@ async def _in_own_thread(tool: Tool, call: ToolCall, business_state: dict[str, J
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits for this result
             loop.call_soon_threadsafe(settle, value, error)
 
-    threading.Thread(target=work, name=f"unbroken-tool-{tool.name}", daemon=True).start()
+    _start_thread(tool, work)
     return await done
+
+
+def _start_thread(tool: Tool, work: Callable[[], None]) -> threading.Thread:
+    """Run ``work`` (the tool) in a daemon thread of its own, counted by the run's lease guard as
+    able to act until it returns (``fencing.keep_acting``): the lease is not released, nor the run
+    taken back by this process, while it may still act, even after its caller gave up on it."""
+    done = keep_acting(tool.effect)
+
+    def counted() -> None:
+        try:
+            work()
+        finally:
+            done()
+
+    thread = threading.Thread(target=counted, name=f"unbroken-tool-{tool.name}", daemon=True)
+    try:
+        thread.start()
+    except BaseException:
+        done()
+        raise
+    return thread
 
 
 def failed(tool: Tool, call: ToolCall, exc: Exception) -> ToolResult:

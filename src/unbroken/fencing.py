@@ -18,18 +18,21 @@ holder can no longer act (``wait_before_trusting_absence``). See docs/effects.md
 from __future__ import annotations
 
 import contextvars
+import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from . import clock
+from . import clock, owners
 from .errors import LeaseLost, UnbrokenError
 from .state import Lease
 from .stores.base import Store
 
 TakenHow = Literal["fresh", "released", "dead_holder", "expired_holder"]
+
+log = logging.getLogger("unbroken")
 
 _SLOW_RENEWAL_RETRIES = 3
 _CURRENT: contextvars.ContextVar[LeaseGuard | None] = contextvars.ContextVar("unbroken_lease", default=None)
@@ -80,6 +83,8 @@ class LeaseGuard:
         self.lost: LeaseLost | None = None
         self._lease = lease
         self._lock = threading.Lock()
+        self._finishing: bool | None = None  # set by finish: whether the owner name ends with it
+        self._finished = False
         sent = clock.monotonic() if obtained_at is None else obtained_at
         # The store set the expiry to (its now + ttl) after we sent the request: measured from
         # the send time on our monotonic clock, the lease is certainly still ours until here.
@@ -168,19 +173,70 @@ class LeaseGuard:
     @contextmanager
     def acting(self, effect: str) -> Iterator[LeaseGuard]:
         """Around one tool execution: unless the tool is ``read_only``, ``check`` first (so a
-        ``LeaseLost`` stops the tool before it starts), then let the tool reach this guard
-        through ``current_lease()``."""
+        ``LeaseLost`` stops the tool before it starts) and count it as able to act until it
+        returns (``finish`` waits for it); then let the tool reach this guard through
+        ``current_lease()``."""
+        done = None
         if effect != "read_only":
             self.check()
+            done = self.tool_started()
         token = _CURRENT.set(self)
         try:
             yield self
         finally:
             _CURRENT.reset(token)
+            if done is not None:
+                done()
 
     def release(self) -> None:
         """Give the lease up (a no-op if it was already lost). Safe to call twice."""
         self.store.release_lease(self._lease)
+
+    # ------------------------------------------------------------------ nothing of ours may act
+
+    def tool_started(self) -> Callable[[], None]:
+        """Count a tool of ours that is not read-only as able to act under this lease until the
+        returned function is called (once, when the tool has returned or raised, in whichever
+        thread ran it). Until then ``finish`` does not release the lease, this process's calls
+        do not take the run back, and every process of this host sees the holder alive."""
+        owners.begin_acting(self._lease.owner, self.run_id)
+        once = threading.Lock()
+
+        def done() -> None:
+            if not once.acquire(blocking=False):
+                return
+            if owners.end_acting(self._lease.owner, self.run_id) == 0 and self._finishing is not None:
+                try:
+                    self._end()
+                except Exception as exc:  # in the tool's thread: the lease expires instead
+                    log.warning("could not release the lease of run %s after its last tool: %s", self.run_id, exc)
+
+        return done
+
+    def finish(self, *, owner_ends: bool) -> bool:
+        """The call holding this guard has ended (returned, raised, interrupted). Release the
+        lease now if no tool of ours may still act under it (True); otherwise leave it to expire
+        (the heartbeat has stopped) and release it when the last such tool returns (False).
+        ``owner_ends``: the owner name is never used again; once nothing acts it is marked ended,
+        so a later call of this process may take over at once even if the release failed."""
+        with self._lock:
+            self._finishing = owner_ends
+        if owners.still_acting(self._lease.owner, self.run_id) > 0:
+            return False
+        self._end()
+        return True
+
+    def _end(self) -> None:
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+        try:
+            self.release()
+        finally:
+            if self._finishing:
+                owners.mark_ended(self._lease.owner)
+            owners.end_use(self._lease.owner)
 
     # ------------------------------------------------------------------ after a takeover
 
@@ -199,6 +255,16 @@ class LeaseGuard:
             return False
         clock.sleep(wait)
         return True
+
+
+def keep_acting(effect: str) -> Callable[[], None]:
+    """For code that hands a tool to another thread: count that thread as able to act under
+    the current tool's lease (see ``LeaseGuard.tool_started``); call the result when it ends.
+    A no-op outside an ``Agent``'s tool, and for read-only tools."""
+    guard = _CURRENT.get()
+    if guard is None or effect == "read_only":
+        return lambda: None
+    return guard.tool_started()
 
 
 def current_lease() -> LeaseGuard:

@@ -1,107 +1,31 @@
 """One writer per run: taking, keeping and giving up a run's lease.
 
-An owner is named ``host:pid:start:nonce:boot:pidns``: the host name, the process id, its
-start time (clock ticks since boot), a random nonce, the boot id
-(``/proc/sys/kernel/random/boot_id``) and the inode of its PID namespace
-(``/proc/self/ns/pid``). A holder is judged dead at once, so that a crashed agent resumes in
-milliseconds, only where that is provable: same host, same boot, same PID namespace, and its
-pid is gone, a zombie, or belongs to a process with another start time. Every other holder (a
-container with its own PID namespace, another boot or host, an owner name of the older
-4-part form ``host:pid:start:nonce``) is replaced only once its lease expires on the store's
-clock; a takeover of an expired holder then waits a grace period before it trusts a "not
-executed" probe (``fencing.LeaseGuard``).
+Who may be replaced is decided in ``owners``: a holder provably dead on this host is replaced
+at once (a crashed agent resumes in milliseconds); a holder provably alive on this host (its
+process runs, or in this process a call or a tool of ours under that name may still act) is
+never replaced, whatever a clock says about its lease; any other holder (another host, boot
+or PID namespace) is replaced only once its lease expires on the store's lease clock, and a
+takeover then waits a grace period before it trusts a "not executed" probe
+(``fencing.LeaseGuard``).
 """
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
-import uuid
-from pathlib import Path
 
-from . import clock
+from . import clock, owners
 from .errors import LeaseHeld, LeaseLost
 from .fencing import LeaseGuard, Takeover
+from .owners import _boot_id as _boot_id  # re-exported: the fault tests name them here
+from .owners import _pid_namespace as _pid_namespace
+from .owners import _proc_stat as _proc_stat
+from .owners import describe_live, still_acting
+from .owners import make_owner as make_owner
+from .owners import mark_ended as mark_ended
+from .owners import owner_is_dead as owner_is_dead
 from .state import Lease, check_run_id
 from .stores.backend import RunHead
 from .stores.base import Store
-
-_HOST = socket.gethostname()
-
-
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state letter, start time in clock ticks since boot) of ``pid`` from /proc, or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return (fields[0], fields[19]) if len(fields) > 19 else None
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace(":", "")
-    except OSError:
-        return ""
-
-
-def _pid_namespace() -> str:
-    try:
-        return str(os.stat("/proc/self/ns/pid").st_ino)
-    except OSError:
-        return ""
-
-
-def make_owner() -> str:
-    """A name for this process as a lease owner (see the module docstring)."""
-    pid = os.getpid()
-    stat = _proc_stat(pid)
-    start = stat[1] if stat else "0"
-    return f"{_HOST}:{pid}:{start}:{uuid.uuid4().hex[:8]}:{_boot_id()}:{_pid_namespace()}"
-
-
-_ENDED_OWNERS: set[str] = set()
-
-
-def mark_ended(owner: str) -> None:
-    """Record that the call of this process that held leases as ``owner`` has ended: its lease,
-    if it could not be released (the store was unreachable), is provably free to take over."""
-    _ENDED_OWNERS.add(owner)
-
-
-def owner_is_dead(owner: str) -> bool:
-    """True only when ``owner`` provably names a holder that can no longer act: a call of this
-    process that has ended (``mark_ended``), or a process that has exited: same host, same boot,
-    same PID namespace as this process, and its pid is gone, a zombie, or reused. False for
-    anything that cannot be proven (including owner names of the older 4-part form)."""
-    if owner in _ENDED_OWNERS:
-        return True
-    parts = owner.split(":")
-    if len(parts) != 6:
-        return False
-    host, pid_text, start, _nonce, boot, namespace = parts
-    if host != _HOST or not pid_text.isdigit() or not start.isdigit() or start == "0":
-        return False
-    if not boot or boot != _boot_id() or not namespace or namespace != _pid_namespace():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False  # this very process is alive
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass  # it exists under another user: its start time still tells
-    except OSError:
-        return False
-    stat = _proc_stat(pid)
-    if stat is None:
-        return False
-    state, started = stat
-    return state in ("Z", "X") or started != start
 
 
 def take_lease(store: Store, run_id: str, owner: str, ttl: float, *, grace: float | None = None) -> LeaseGuard:
@@ -112,6 +36,16 @@ def take_lease(store: Store, run_id: str, owner: str, ttl: float, *, grace: floa
     now = store.store_time()
     sent = clock.monotonic()
     live = head is not None and head.owner is not None and head.expires_at > now
+    if head is not None and head.owner is not None and head.owner != owner and owners.owner_is_alive(head.owner):
+        raise LeaseHeld(
+            f"run {run_id!r} is held by {describe_live(head.owner)}; it is never taken over while it lives, "
+            "whatever its lease's expiry says: wait for it to finish, or stop that process"
+        )
+    if head is not None and head.owner == owner and still_acting(owner, run_id):
+        raise LeaseHeld(
+            f"run {run_id!r}: a tool that an earlier call of this process started under {owner} may still "
+            "act (it outlived its call); the run is taken back once it returns"
+        )
     if head is not None and head.owner is not None and live and head.owner != owner:
         if not owner_is_dead(head.owner):
             raise LeaseHeld(

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any, Literal
 
-from . import conversation, hooks
+from . import conversation, hooks, owners
 from . import resources as run_resources
 from .codec import MIGRATIONS
 from .compaction import Compactor
@@ -25,7 +25,7 @@ from .conversation import TurnsPer
 from .engine import drive_async, drive_sync
 from .errors import ConfigError, LeaseLost, RunNotFound
 from .hooks import Hook
-from .leases import Heartbeat, make_owner, mark_ended, take_lease
+from .leases import Heartbeat, make_owner, take_lease
 from .model import Model
 from .resources import Opener
 from .session import RunResult, RunSession
@@ -268,7 +268,12 @@ class Agent:
             raise RunNotFound(f"no run {run_id!r} to resume in {store.url}; give a task to start it")
         # A name per call unless given: the same name would re-enter a live lease (a worker's claim).
         call_owner = owner or make_owner()
-        guard = take_lease(store, run_id, call_owner, self.lease_ttl, grace=self.lease_grace)
+        owners.begin_use(call_owner)  # alive to every taker until nothing of this call can act
+        try:
+            guard = take_lease(store, run_id, call_owner, self.lease_ttl, grace=self.lease_grace)
+        except BaseException:
+            owners.end_use(call_owner)
+            raise
         session: RunSession | None = None
         try:
             with Heartbeat(guard) as heartbeat:
@@ -295,14 +300,8 @@ class Agent:
                     raise
                 hooks.run_ended(session, None)
         finally:
-            # arun ended (cancelled, or an error) while a started tool still runs in a thread of this
-            # process and may still act: neither release the lease nor call this name ended; the
-            # lease expires and the next holder waits out the grace before trusting "not executed".
-            if session is None or not session.tools_left_running:
-                try:
-                    guard.release()
-                finally:
-                    if owner is None:
-                        # This call's name is never used again: if the release could not reach the
-                        # store, a later call of this process may take the run over at once.
-                        mark_ended(call_owner)
+            # Released now only if no tool of this call that may act still runs (a thread left past
+            # its timeout, or by Ctrl-C, SystemExit or a cancelled arun); else the lease expires
+            # and is released when the last one returns. A name made for this call is then marked
+            # ended, so a later call of this process may take the run over at once.
+            guard.finish(owner_ends=owner is None)

@@ -77,7 +77,6 @@ class RunSession:
         stop: threading.Event,
         started: float,
     ) -> None:
-        self.tools_left_running = False  # set by drive_async: see Agent._hold
         self.agent = agent
         self.store = store
         self.stop = stop

@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from .errors import ConfigError, LeaseError, RunInterrupted, UnbrokenError, Unsupported
+from .leases import take_lease
 from .runner import Agent
 from .session import RunResult
 from .stores.base import ClaimedRun, Store
@@ -195,9 +196,11 @@ class Worker:
 
     def _hold(self, agent: Agent, run_id: str) -> None:
         """Keep a failing run's lease for ``retry_after`` seconds so no worker retries it at once."""
-        # If someone else took it, or the store is down, it is not ours to hold anyway.
+        # If someone else took it, a tool of ours may still act under it, or the store is down, it
+        # is not ours to hold. The hold's owner name is not this process's: a hold cannot act, so
+        # any worker may claim the run once it expires.
         with contextlib.suppress(UnbrokenError):
-            self.store.acquire_lease(run_id, agent.owner, self.retry_after)
+            take_lease(self.store, run_id, f"{agent.owner}:retry-hold", self.retry_after)
 
 
 __all__ = ["AgentFactory", "Worker", "WorkerStats"]

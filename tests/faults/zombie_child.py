@@ -24,6 +24,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,7 @@ from unbroken import (
     tool,
 )
 from unbroken.errors import LeaseHeld, LeaseLost
+from unbroken.leases import make_owner
 from unbroken.tools import ProbeAnswer
 
 USAGE = {"input_tokens": 10, "output_tokens": 5}
@@ -64,7 +66,8 @@ def main() -> int:
     parser.add_argument("--pause", choices=["none", "sigstop", "gil", "tool-sigstop", "tool-wait"], default="none")
     parser.add_argument("--gil-fd", type=int, default=-1)
     parser.add_argument("--tool-checks", action="store_true", help="the tool checks its lease right before charging")
-    parser.add_argument("--without-fencing", default="", help="check,grace,owner,tool (or all): parts to switch off")
+    parser.add_argument("--without-fencing", default="", help="check,grace,owner,tool,alive (or all): parts to switch off")
+    parser.add_argument("--elsewhere", action="store_true", help="hold the run under an owner name of another host")
     args = parser.parse_args()
     charges = Path(args.charges)
     marker = Path(f"{charges}.{args.name}")
@@ -108,7 +111,10 @@ def main() -> int:
     store = open_store(args.store)
     agent = Agent(ScriptedModel(SCRIPT), [charge], store, lease_ttl=args.ttl)
     try:
-        result = agent.run("charge the customer once", run_id=args.run_id)
+        # Another host's name: nothing about this holder can be proven here (alive or dead), as
+        # for a holder on another machine; the lease's expiry and the fence are all there is.
+        owner = make_owner().replace(socket.gethostname(), "elsewhere", 1) if args.elsewhere else None
+        result = agent.run("charge the customer once", run_id=args.run_id, owner=owner)
         outcome: dict[str, Any] = {"status": result.status, "reconciled": result.reconciled}
     except (LeaseLost, LeaseHeld) as exc:
         outcome = {"error": type(exc).__name__, "message": str(exc)}
@@ -121,8 +127,9 @@ def switch_fencing_off(parts: str) -> set[str]:
     """The mechanism removed, in ``parts`` (comma-separated, or ``all``): ``check`` (no check
     before acting), ``grace`` (no wait after a takeover), ``owner`` (a holder is judged dead by
     its pid alone, as before boot id and PID namespace were compared), ``tool`` (the tool does
-    not check its lease itself). Returns the parts switched off."""
-    from unbroken import fencing, leases
+    not check its lease itself), ``alive`` (a holder alive on this host is taken over once a
+    clock says its lease expired). Returns the parts switched off."""
+    from unbroken import fencing, leases, owners
 
     checked_acting = fencing.LeaseGuard.acting
 
@@ -139,7 +146,9 @@ def switch_fencing_off(parts: str) -> set[str]:
         stat = leases._proc_stat(pid)
         return stat is None or stat[1] != parts[2]
 
-    off = {"check", "grace", "owner", "tool"} if parts == "all" else set(parts.split(","))
+    off = {"check", "grace", "owner", "tool", "alive"} if parts == "all" else set(parts.split(","))
+    if "alive" in off:
+        owners.owner_is_alive = lambda owner: False
     if "check" in off:
         fencing.LeaseGuard.acting = acting  # type: ignore[method-assign]
     if "grace" in off:

@@ -85,13 +85,16 @@ class ZombieWorld:
 
 
 # ---------------------------------------------------------------------- the scenarios
+# The frozen holders below run under an owner name of another host (``--elsewhere``): a holder
+# alive on this host is never taken over at all (test_zombie_alive.py), so these scenarios are
+# about the holders nothing can be proven of, which only the fence and the grace stop.
 
 
 def frozen_by_sigstop(world: ZombieWorld) -> tuple[dict[str, Any], dict[str, Any]]:
     """The first holder SIGSTOPs after its intent was saved, before the execute point; a second
     process takes over once the lease expired and finishes; then the first is continued.
     Returns (the second's outcome, the first's outcome after waking)."""
-    first = world.start("first", "--pause", "sigstop", "--ttl", "1")
+    first = world.start("first", "--elsewhere", "--pause", "sigstop", "--ttl", "1")
     world.wait_for("first", "paused", first)
     world.wait_stopped(first)
     world.wait_lease_expired()
@@ -104,7 +107,7 @@ def starved_by_the_gil(world: ZombieWorld) -> tuple[dict[str, Any], dict[str, An
     """The same, but the first holder is stuck in C code that holds the GIL (no signal)."""
     read_end, write_end = os.pipe()
     try:
-        first = world.start("first", "--pause", "gil", "--gil-fd", str(read_end), "--ttl", "1", pass_fds=(read_end,))
+        first = world.start("first", "--elsewhere", "--pause", "gil", "--gil-fd", str(read_end), "--ttl", "1", pass_fds=(read_end,))
         world.wait_for("first", "paused", first)
         world.wait_lease_expired()  # nobody renewed it: the heartbeat thread never got the GIL
         second = world.finish(world.start("second", "--ttl", "1"))
@@ -119,7 +122,7 @@ def frozen_inside_a_tool_that_checks(world: ZombieWorld) -> tuple[dict[str, Any]
     """The first holder SIGSTOPs inside the tool, past the engine's check; a second process
     takes over and finishes; then the first is continued, and the tool checks its lease itself
     before charging."""
-    first = world.start("first", "--pause", "tool-sigstop", "--tool-checks", "--ttl", "1")
+    first = world.start("first", "--elsewhere", "--pause", "tool-sigstop", "--tool-checks", "--ttl", "1")
     world.wait_for("first", "paused", first)
     world.wait_stopped(first)
     world.wait_lease_expired()
@@ -132,7 +135,7 @@ def frozen_inside_the_tool(world: ZombieWorld) -> tuple[dict[str, Any], dict[str
     """The first holder SIGSTOPs inside the tool, past the engine's check, before it charges.
     The second takes over after its expiry (grace = its lease ttl, 3 s); once its probe has said
     "not executed", the first is continued and charges within that grace."""
-    first = world.start("first", "--pause", "tool-sigstop", "--ttl", "1")
+    first = world.start("first", "--elsewhere", "--pause", "tool-sigstop", "--ttl", "1")
     world.wait_for("first", "paused", first)
     world.wait_stopped(first)
     world.wait_lease_expired()

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from .. import owners
 from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, PackedRecords, Segment, StoredRecord, decode
 from ..errors import (
     ConcurrentSave,
@@ -401,8 +402,8 @@ class Store(Backend):
             head = self.read_head(queued.run_id)
             now = self.store_time()
             current = head or RunHead()
-            if current.owner is None or current.expires_at <= now:
-                picked.append((queued, head, now))
+            if current.owner is None or (current.expires_at <= now and not owners.owner_is_alive(current.owner)):
+                picked.append((queued, head, now))  # a holder alive on this host keeps it, expired or not
         if picked:
             # The phases again, read after every head: a run that finished before its head was
             # read shows it here; one that finished after moved its head, so its swap fails.

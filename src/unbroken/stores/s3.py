@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from .. import crashpoints
+from .. import crashpoints, owners
 from ..codec import EncodedSave, PackedRecords, StoredRecord, checksum
 from ..state import Lease, RunSummary
 from ._s3_layout import Head, empty_head, pack, parse_url, summary_json, unpack
@@ -439,8 +439,8 @@ class S3Store(S3Ledger, Store):
             now = self.store_time()
             if (head["summary"] or {}).get("phase") in UNCLAIMABLE_PHASES:
                 continue
-            if head["owner"] is not None and float(head["expires_at"]) > now:
-                continue
+            if head["owner"] is not None and (float(head["expires_at"]) > now or owners.owner_is_alive(head["owner"])):
+                continue  # live, or its holder is alive on this host whatever the expiry says
             new = {**head, "fence": int(head["fence"]) + 1, "owner": owner, "expires_at": now + ttl}
             if self._put_head(queued.run_id, new, found[1] if found is not None else None):
                 lease = Lease(queued.run_id, owner, new["fence"], new["expires_at"])
