@@ -19,7 +19,7 @@ from .fencing import LeaseGuard, Takeover
 from .owners import _boot_id as _boot_id  # re-exported: the fault tests name them here
 from .owners import _pid_namespace as _pid_namespace
 from .owners import _proc_stat as _proc_stat
-from .owners import describe_live, still_acting
+from .owners import describe_live
 from .owners import make_owner as make_owner
 from .owners import mark_ended as mark_ended
 from .owners import owner_is_dead as owner_is_dead
@@ -41,7 +41,7 @@ def take_lease(store: Store, run_id: str, owner: str, ttl: float, *, grace: floa
             f"run {run_id!r} is held by {describe_live(head.owner)}; it is never taken over while it lives, "
             "whatever its lease's expiry says: wait for it to finish, or stop that process"
         )
-    if head is not None and head.owner == owner and still_acting(owner, run_id):
+    if head is not None and head.owner == owner and owners.still_acting(owner, run_id):
         raise LeaseHeld(
             f"run {run_id!r}: a tool that an earlier call of this process started under {owner} may still "
             "act (it outlived its call); the run is taken back once it returns"

@@ -9,6 +9,10 @@ The probe reads that file truthfully. ``--pause`` says where and how this proces
   test writes a byte; no signal is involved, the heartbeat thread simply cannot run;
 * ``tool-sigstop``: inside the tool, after the engine's check and before the charge;
 * ``tool-wait``: inside the tool, waits (GIL released, heartbeat running) for ``<charges>.go``.
+* ``tool-sleep``: inside the tool, sleeps 1.5 s before charging (with ``--tool-timeout`` the tool
+  runs in its own thread, so a Ctrl-C or a SIGTERM handler's ``sys.exit`` lands in the driver).
+  Once interrupted, it runs the run again at once and again after the tool's thread ended
+  (``--after-interrupt rerun``), or waits for ``<charges>.go`` (``linger``).
 
 With ``--tool-checks`` the tool calls ``current_lease().check()`` right before it charges.
 
@@ -20,12 +24,14 @@ the probe is asked, and prints one JSON line with how the run ended.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ctypes
 import json
 import os
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +51,7 @@ from unbroken.errors import LeaseHeld, LeaseLost
 from unbroken.leases import make_owner
 from unbroken.tools import ProbeAnswer
 
+TOOL_SLEEP = 1.5  # --pause tool-sleep: how long the tool sleeps before it charges
 USAGE = {"input_tokens": 10, "output_tokens": 5}
 SCRIPT: list[dict[str, Any]] = [
     {
@@ -63,10 +70,23 @@ def main() -> int:
     parser.add_argument("--charges", required=True)
     parser.add_argument("--name", required=True)
     parser.add_argument("--ttl", type=float, default=1.0)
-    parser.add_argument("--pause", choices=["none", "sigstop", "gil", "tool-sigstop", "tool-wait"], default="none")
+    parser.add_argument(
+        "--pause", choices=["none", "sigstop", "gil", "tool-sigstop", "tool-wait", "tool-sleep"], default="none"
+    )
+    parser.add_argument("--tool-timeout", type=float, default=None, help="the charge tool's timeout")
+    parser.add_argument("--arun", action="store_true", help="drive the run with Agent.arun")
+    parser.add_argument("--exit-on-sigterm", action="store_true", help="a SIGTERM handler that calls sys.exit")
+    parser.add_argument(
+        "--after-interrupt",
+        choices=["rerun", "linger"],
+        default="rerun",
+        help="once interrupted: run again in this process (as a notebook), or wait for <charges>.go",
+    )
     parser.add_argument("--gil-fd", type=int, default=-1)
     parser.add_argument("--tool-checks", action="store_true", help="the tool checks its lease right before charging")
-    parser.add_argument("--without-fencing", default="", help="check,grace,owner,tool,alive (or all): parts to switch off")
+    parser.add_argument(
+        "--without-fencing", default="", help="check,grace,owner,tool,alive (or all): parts to switch off"
+    )
     parser.add_argument("--elsewhere", action="store_true", help="hold the run under an owner name of another host")
     args = parser.parse_args()
     charges = Path(args.charges)
@@ -85,16 +105,18 @@ def main() -> int:
         elif args.pause == "tool-wait":
             while not Path(f"{charges}.go").exists():
                 time.sleep(0.02)
+        elif args.pause == "tool-sleep":
+            time.sleep(TOOL_SLEEP)  # in the tool's own thread (it has a timeout): Ctrl-C lands in the driver
 
     def charged(call: ToolCall) -> ProbeAnswer:
         mark("probed")
         done = charges.exists() and call.idempotency_key in charges.read_text().split()
         return Found("charged") if done else NotExecuted()
 
-    @tool(effect="side_effect", probe=charged)
+    @tool(effect="side_effect", probe=charged, timeout=args.tool_timeout)
     def charge(cents: int, *, call: ToolCall) -> str:
         """Charge the customer's card."""
-        if args.pause in ("tool-sigstop", "tool-wait"):
+        if args.pause in ("tool-sigstop", "tool-wait", "tool-sleep"):
             pause_here()
         if args.tool_checks and "tool" not in off:
             current_lease().check()  # LeaseLost: nothing is charged
@@ -110,14 +132,39 @@ def main() -> int:
 
     store = open_store(args.store)
     agent = Agent(ScriptedModel(SCRIPT), [charge], store, lease_ttl=args.ttl)
-    try:
-        # Another host's name: nothing about this holder can be proven here (alive or dead), as
-        # for a holder on another machine; the lease's expiry and the fence are all there is.
-        owner = make_owner().replace(socket.gethostname(), "elsewhere", 1) if args.elsewhere else None
-        result = agent.run("charge the customer once", run_id=args.run_id, owner=owner)
-        outcome: dict[str, Any] = {"status": result.status, "reconciled": result.reconciled}
-    except (LeaseLost, LeaseHeld) as exc:
-        outcome = {"error": type(exc).__name__, "message": str(exc)}
+    # Another host's name: nothing about this holder can be proven here (alive or dead), as
+    # for a holder on another machine; the lease's expiry and the fence are all there is.
+    owner = make_owner().replace(socket.gethostname(), "elsewhere", 1) if args.elsewhere else None
+
+    def run_once() -> dict[str, Any]:
+        try:
+            if args.arun:
+                result = asyncio.run(agent.arun("charge the customer once", run_id=args.run_id, owner=owner))
+            else:
+                result = agent.run("charge the customer once", run_id=args.run_id, owner=owner)
+            return {"status": result.status, "reconciled": result.reconciled}
+        except (LeaseLost, LeaseHeld) as exc:
+            return {"error": type(exc).__name__, "message": str(exc)}
+        except (KeyboardInterrupt, SystemExit) as exc:
+            return {"interrupted": type(exc).__name__}
+
+    if args.exit_on_sigterm:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(3))
+    outcome = run_once()
+    if "interrupted" in outcome:
+        # Interrupted while the tool's thread still sleeps before charging: what a notebook (or
+        # a process that goes on) does next must not charge again.
+        mark("interrupted")
+        if args.after_interrupt == "rerun":
+            again = run_once()  # at once: the tool of the first call may still act
+            while any(t.name.startswith("unbroken-tool-") for t in threading.enumerate()):
+                time.sleep(0.02)
+            outcome = {**outcome, "rerun_at_once": again, "rerun_after": run_once()}
+        else:
+            while not Path(f"{charges}.go").exists():
+                time.sleep(0.02)
+        while any(t.name.startswith("unbroken-tool-") for t in threading.enumerate()):
+            time.sleep(0.02)  # what the abandoned tool does is counted before this process reports
     print(json.dumps(outcome), flush=True)
     store.close()
     return 0
@@ -128,7 +175,8 @@ def switch_fencing_off(parts: str) -> set[str]:
     before acting), ``grace`` (no wait after a takeover), ``owner`` (a holder is judged dead by
     its pid alone, as before boot id and PID namespace were compared), ``tool`` (the tool does
     not check its lease itself), ``alive`` (a holder alive on this host is taken over once a
-    clock says its lease expired). Returns the parts switched off."""
+    clock says its lease expired), ``acting`` (a tool left running by its interrupted call is
+    not counted: the lease is released at once). Returns the parts switched off."""
     from unbroken import fencing, leases, owners
 
     checked_acting = fencing.LeaseGuard.acting
@@ -146,7 +194,9 @@ def switch_fencing_off(parts: str) -> set[str]:
         stat = leases._proc_stat(pid)
         return stat is None or stat[1] != parts[2]
 
-    off = {"check", "grace", "owner", "tool", "alive"} if parts == "all" else set(parts.split(","))
+    off = {"check", "grace", "owner", "tool", "alive", "acting"} if parts == "all" else set(parts.split(","))
+    if "acting" in off:
+        owners.still_acting = lambda owner, run_id: 0
     if "alive" in off:
         owners.owner_is_alive = lambda owner: False
     if "check" in off:

@@ -16,7 +16,7 @@ from unbroken import open_store
 CHILD = Path(__file__).with_name("zombie_child.py")
 RUN_ID = "zombie-run"
 TIMEOUT = 30.0  # generous: the CI machine is loaded
-# Set ZOMBIE_WITHOUT_FENCING=all (or check, grace, owner, tool) to run every child with that part of
+# Set ZOMBIE_WITHOUT_FENCING=all (or check, grace, owner, tool, alive, acting) to run every child with that part of
 # the mechanism switched off: the tests that rely on it must then fail (that is how they were
 # checked; see zombie_child.switch_fencing_off).
 _OFF = os.environ.get("ZOMBIE_WITHOUT_FENCING", "")
@@ -71,6 +71,13 @@ class ZombieWorld:
         outcome: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return outcome
 
+    def wait_charged(self, count: int) -> None:
+        """Until the side effect happened ``count`` times."""
+        deadline = time.monotonic() + TIMEOUT
+        while self.charges() < count:
+            assert time.monotonic() < deadline, f"never charged {count} times"
+            time.sleep(0.02)
+
     def charges(self) -> int:
         """How many times the side effect really happened."""
         return len(self.charges_file.read_text().split()) if self.charges_file.exists() else 0
@@ -107,7 +114,9 @@ def starved_by_the_gil(world: ZombieWorld) -> tuple[dict[str, Any], dict[str, An
     """The same, but the first holder is stuck in C code that holds the GIL (no signal)."""
     read_end, write_end = os.pipe()
     try:
-        first = world.start("first", "--elsewhere", "--pause", "gil", "--gil-fd", str(read_end), "--ttl", "1", pass_fds=(read_end,))
+        first = world.start(
+            "first", "--elsewhere", "--pause", "gil", "--gil-fd", str(read_end), "--ttl", "1", pass_fds=(read_end,)
+        )
         world.wait_for("first", "paused", first)
         world.wait_lease_expired()  # nobody renewed it: the heartbeat thread never got the GIL
         second = world.finish(world.start("second", "--ttl", "1"))
