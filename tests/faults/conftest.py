@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "postgres"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "s3"))
 
 from pgtest import fresh_schema
 from zombie_world import ZombieWorld

@@ -26,8 +26,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import email.utils
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -86,6 +88,11 @@ def main() -> int:
     parser.add_argument("--tool-checks", action="store_true", help="the tool checks its lease right before charging")
     parser.add_argument(
         "--without-fencing", default="", help="check,grace,owner,tool,alive (or all): parts to switch off"
+    )
+    parser.add_argument(
+        "--wait-after-open",
+        action="store_true",
+        help="open the store, read it, write <charges>.<name>.opened, then wait for <charges>.<name>.go-on",
     )
     parser.add_argument("--elsewhere", action="store_true", help="hold the run under an owner name of another host")
     args = parser.parse_args()
@@ -148,6 +155,11 @@ def main() -> int:
         except (KeyboardInterrupt, SystemExit) as exc:
             return {"interrupted": type(exc).__name__}
 
+    if args.wait_after_open:
+        store.exists(args.run_id)  # the store has been reached: its clock has been read
+        mark("opened")
+        while not Path(f"{marker}.go-on").exists():
+            select.select([], [], [], 0.02)  # not time.sleep: under libfaketime it fails (EINVAL)
     if args.exit_on_sigterm:
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(3))
     outcome = run_once()
@@ -176,7 +188,8 @@ def switch_fencing_off(parts: str) -> set[str]:
     its pid alone, as before boot id and PID namespace were compared), ``tool`` (the tool does
     not check its lease itself), ``alive`` (a holder alive on this host is taken over once a
     clock says its lease expired), ``acting`` (a tool left running by its interrupted call is
-    not counted: the lease is released at once). Returns the parts switched off."""
+    not counted: the lease is released at once), ``service-clock`` (S3: the service's clock is
+    this machine's wall clock plus an offset read once, at open). Returns the parts switched off."""
     from unbroken import fencing, leases, owners
 
     checked_acting = fencing.LeaseGuard.acting
@@ -194,9 +207,25 @@ def switch_fencing_off(parts: str) -> set[str]:
         stat = leases._proc_stat(pid)
         return stat is None or stat[1] != parts[2]
 
-    off = {"check", "grace", "owner", "tool", "alive", "acting"} if parts == "all" else set(parts.split(","))
+    off = (
+        {"check", "grace", "owner", "tool", "alive", "acting", "service-clock"}
+        if parts == "all"
+        else set(parts.split(","))
+    )
     if "acting" in off:
         owners.still_acting = lambda owner, run_id: 0
+    if "service-clock" in off:
+        from unbroken import clock
+        from unbroken.stores import _s3_clock
+
+        offsets: dict[int, float] = {}
+
+        def observe_once(self: _s3_clock.ServiceClock, sent: float, received: float, date: str | None) -> None:
+            if date and id(self) not in offsets:
+                offsets[id(self)] = email.utils.parsedate_to_datetime(date).timestamp() - clock.wall()
+
+        _s3_clock.ServiceClock.observe = observe_once  # type: ignore[method-assign]
+        _s3_clock.ServiceClock.now = lambda self: clock.wall() + offsets.get(id(self), 0.0)  # type: ignore[method-assign]
     if "alive" in off:
         owners.owner_is_alive = lambda owner: False
     if "check" in off:

@@ -4,7 +4,6 @@ writes the store relies on. Nothing here knows about runs."""
 
 from __future__ import annotations
 
-import email.utils
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -15,8 +14,8 @@ import boto3  # type: ignore[import-untyped]  # no stubs shipped; its calls are 
 import botocore.config  # type: ignore[import-untyped]
 import botocore.exceptions  # type: ignore[import-untyped]
 
-from .. import clock
 from ..errors import MissingStoreFeature, StoreUnavailable
+from ._s3_clock import ServiceClock
 
 T = TypeVar("T")
 PARALLEL_READS = 16
@@ -24,7 +23,7 @@ PARALLEL_READS = 16
 
 _SESSION: tuple[int, Any] | None = None
 _SESSION_LOCK = threading.Lock()
-_CHECKED: dict[tuple[str | None, str], float] = {}
+_CHECKED: dict[tuple[str | None, str], ServiceClock] = {}  # per endpoint and bucket
 """(endpoint, bucket) -> the service's clock offset, for the buckets already proven to have
 conditional writes in this process."""
 
@@ -63,7 +62,7 @@ class Bucket:
         self._pid = -1
         self._client: Any = None
         self._pool: ThreadPoolExecutor | None = None
-        self.clock_offset = 0.0
+        self.service_clock = ServiceClock()  # replaced by the one shared per endpoint and bucket
 
     # ------------------------------------------------------------------ plumbing
 
@@ -80,6 +79,7 @@ class Bucket:
                 self._client = _session().client(
                     "s3", endpoint_url=self.endpoint, region_name=self.region, config=config
                 )
+                self.service_clock.watch(self._client)  # every response's Date keeps the clock true
                 self._pool = None
                 self._pid = os.getpid()
             return self._client
@@ -195,48 +195,43 @@ class Bucket:
     # ------------------------------------------------------------------ clock and capabilities
 
     def now(self) -> float:
-        """Now on the storage service's clock (its ``Date`` header, to within about a second)."""
-        return clock.wall() + self.clock_offset
+        """Now on the storage service's clock, from the ``Date`` of its latest responses (to within
+        about a second; see ``_s3_clock``): no step of this machine's wall clock moves it."""
+        return self.service_clock.now()
 
     def check_conditional_writes(self) -> None:
         """Prove on a scratch object that the service honours If-None-Match: * and If-Match on
-        PutObject (raise ``MissingStoreFeature`` naming the one it lacks), and read its clock.
-        Done once per process for each endpoint and bucket."""
+        PutObject (raise ``MissingStoreFeature`` naming the one it lacks); its responses give the
+        service's clock a first reading. Done once per process for each endpoint and bucket,
+        whose buckets then share one clock, kept true by every later response."""
         place = (self.endpoint, self.bucket)
         with _SESSION_LOCK:
             known = _CHECKED.get(place)
-        if known is None:
-            self._check_conditional_writes()
-            with _SESSION_LOCK:
-                _CHECKED[place] = self.clock_offset
-        else:
-            self.clock_offset = known
+        if known is not None:
+            self._share_clock(known)
+            return
+        self._check_conditional_writes()
+        with _SESSION_LOCK:
+            _CHECKED.setdefault(place, self.service_clock)
+
+    def _share_clock(self, shared: ServiceClock) -> None:
+        with self._lock:
+            self.service_clock = shared
+            if self._client is not None:
+                shared.watch(self._client)
 
     def _check_conditional_writes(self) -> None:
         # Three puts on one small scratch object (left in place for the next open): a plain put,
-        # then two that must be refused. Their Date headers bound the service's clock.
+        # then two that must be refused. Their Date headers give the service's clock.
         name = ".unbroken-probe"
-        low, high = float("-inf"), float("inf")
-
-        def timed(put: Callable[[], Any]) -> Any:
-            nonlocal low, high
-            sent = clock.wall()
-            reply = put()
-            received = clock.wall()
-            headers = reply.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-            if "date" in headers:  # whole seconds: the true time is in [date, date + 1)
-                server = email.utils.parsedate_to_datetime(headers["date"]).timestamp()
-                low, high = max(low, server - received), min(high, server + 1 - sent)
-            return reply
-
         client = self.client()
         try:
-            etag = timed(lambda: client.put_object(Bucket=self.bucket, Key=self.key(name), Body=b"probe"))["ETag"]
+            etag = client.put_object(Bucket=self.bucket, Key=self.key(name), Body=b"probe")["ETag"]
             create_only = "create-only writes (PutObject with If-None-Match: *)"
-            timed(lambda: self._expect_refusal(name, {"IfNoneMatch": "*"}, create_only))
+            self._expect_refusal(name, {"IfNoneMatch": "*"}, create_only)
             wrong = '"00000000000000000000000000000000"' if etag != '"00000000000000000000000000000000"' else '"1"'
             compare_and_set = "compare-and-set writes (PutObject with If-Match: ETag)"
-            timed(lambda: self._expect_refusal(name, {"IfMatch": wrong}, compare_and_set))
+            self._expect_refusal(name, {"IfMatch": wrong}, compare_and_set)
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
             if isinstance(exc, botocore.exceptions.ClientError) and _status(exc) in (400, 501):
                 raise MissingStoreFeature(
@@ -245,8 +240,6 @@ class Bucket:
                     "for services that have them"
                 ) from exc
             raise self._fail("checking conditional writes", exc) from exc
-        if low != float("-inf"):
-            self.clock_offset = (low + high) / 2 if high >= low else low
 
     def _expect_refusal(self, name: str, condition: dict[str, str], feature: str) -> dict[str, Any]:
         """Put with ``condition``, which must be refused; returns the refusal's response."""
