@@ -14,7 +14,8 @@ Three kinds of time, never mixed:
 ``boot_clock()`` is ``CLOCK_BOOTTIME`` with the boot id: every process of one boot reads the
 same value, it counts time suspended, and no step of the wall clock moves it. A reading from
 another boot (the id differs) is not comparable: after a reboot, every holder of that boot is
-dead.
+dead. An empty boot id means the system has no such clock (not Linux): its reading is then
+this process's monotonic clock, which no other process shares.
 
 A simulator replaces the clock for the code it drives (``using``), so the same code runs in
 production and in simulation (``unbroken.testing.simulate``).
@@ -68,8 +69,8 @@ class SystemClock:
     def boot(self) -> tuple[str, float]:
         try:
             return _BOOT_ID, time.clock_gettime(time.CLOCK_BOOTTIME)
-        except (AttributeError, OSError):  # not Linux: the monotonic clock of this process only
-            return f"process-{id(self)}", time.monotonic()
+        except (AttributeError, OSError):  # not Linux: no clock shared by the processes of a boot
+            return "", time.monotonic()
 
 
 SYSTEM = SystemClock()

@@ -33,7 +33,7 @@ def take_lease(store: Store, run_id: str, owner: str, ttl: float, *, grace: floa
     ``fencing.Takeover``). A live holder is replaced at once only when it is provably dead;
     otherwise ``LeaseHeld``. Durable when it returns."""
     head = store.read_head(check_run_id(run_id))  # the lease as stored, live or expired
-    now = store.store_time()
+    now = store.lease_time()
     sent = clock.monotonic()
     live = head is not None and head.owner is not None and head.expires_at > now
     if head is not None and head.owner is not None and head.owner != owner and owners.owner_is_alive(head.owner):

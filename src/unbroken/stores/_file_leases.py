@@ -1,14 +1,21 @@
 """The run head's lease half in a file store: ``runs/<run_id>/lease.json`` (and ``lease.prev.json``,
 the generation before, from which a damaged lease's fence is rebuilt), read and replaced under the
-run's exclusive lock. The head's seq is the head marker in ``records/`` (``files.py``). Expiry uses
-the local clock: a file store serves one machine.
+run's exclusive lock. The head's seq is the head marker in ``records/`` (``files.py``). Expiry is on
+the boot clock (``_boot_lease_clock``): a file store serves one machine; each boot's number is a
+file ``lease-clock/<boot id>`` created once, by whichever process of that boot comes first.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import uuid
 from pathlib import Path
 
 from .. import clock
+from ..errors import StoreUnavailable
+from ._boot_lease_clock import BootLeaseClock
+from ._durable import fsync_dir, make_dirs
 from ._file_format import lease_bytes, lease_state
 from ._file_runs import RunDirectories
 from .backend import Refused, RunHead
@@ -17,8 +24,42 @@ from .backend import Refused, RunHead
 class LeaseFiles(RunDirectories):
     """The head primitives of ``FileStore``, and the fence check its writes make."""
 
+    root: Path
+    _lease_clock: BootLeaseClock
+
     def store_time(self) -> float:
-        return clock.wall()  # one machine, one clock
+        return clock.wall()
+
+    def lease_time(self) -> float:
+        return self._lease_clock.now()
+
+    def _number_boot(self, boot: str) -> int:
+        """The boot number of ``boot`` in this store: 1 + the highest given so far, fixed by the
+        first process of that boot to create ``lease-clock/<boot>`` (create-if-absent by link)."""
+        folder = self.root / "lease-clock"
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", boot)
+        try:
+            make_dirs(folder)
+            known = folder / name
+            if not known.exists():
+                numbers = [int(p.read_text()) for p in folder.iterdir() if not p.name.startswith(".")]
+                temporary = folder / f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+                descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    os.write(descriptor, str(max(numbers, default=0) + 1).encode())
+                    os.fsync(descriptor)
+                finally:
+                    os.close(descriptor)
+                try:
+                    os.link(temporary, known)  # fails if another process of this boot came first
+                except FileExistsError:
+                    pass
+                finally:
+                    temporary.unlink()
+                fsync_dir(folder)
+            return int(known.read_text())
+        except (OSError, ValueError) as exc:
+            raise StoreUnavailable(f"file store {self.root}: cannot read or set the lease clock ({exc})") from exc
 
     def _check_fence(self, run_dir: Path, fence: int | None) -> None:
         if fence is not None and lease_state(run_dir)[1] != fence:

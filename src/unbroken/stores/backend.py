@@ -26,8 +26,11 @@ A4. ``swap_head`` is a compare-and-set on the head: it writes ``new`` only if th
 A5. ``insert_entry`` is insert-if-absent, atomic across threads and processes: of two inserts of
     one key exactly one writes. ``insert_entry`` and ``put_entry`` with a ``fence`` write only
     while the head's fence is ``fence`` (else ``Refused``).
-A6. ``store_time`` is the one clock leases are judged by (the database's, where there is one), so
-    a worker with a wrong clock can neither extend nor steal a lease.
+A6. ``lease_time`` is the one clock leases are judged by, and no step of any machine's wall clock
+    moves it, so a worker with a wrong clock can neither extend nor steal a lease: the server's
+    clock where there is a server (PostgreSQL ``now()``, Redis ``TIME``, the S3 service's
+    ``Date``), the boot clock for a store that serves one machine (``_boot_lease_clock``).
+    ``store_time`` is a Unix time for people (a submission's ``submitted_at``).
 A7. Durable when a write returns, at the level ``durability`` declares.
 
 Reads return what is stored, damaged or not: checking is the job above the seam. A backend
@@ -66,7 +69,7 @@ class RunHead:
     """Bumped by every lease acquisition; writes carrying an older one are refused."""
     owner: str | None = None
     expires_at: float = 0.0
-    """When the lease ends, on ``store_time``'s clock."""
+    """When the lease ends, on ``lease_time``'s clock (not always a Unix time)."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,13 @@ class Backend(ABC):
 
     @abstractmethod
     def store_time(self) -> float:
-        """Now, as a Unix time, on the clock leases are judged by (A6)."""
+        """Now, as a Unix time, for people (the server's clock where there is one)."""
+
+    def lease_time(self) -> float:
+        """Now on the clock leases are judged by (A6). Default: ``store_time``, right for a
+        backend whose ``store_time`` is its server's clock; a store that serves one machine
+        returns the boot clock (``_boot_lease_clock.BootLeaseClock``)."""
+        return self.store_time()
 
     @abstractmethod
     def read_head(self, run_id: str) -> RunHead | None:

@@ -312,12 +312,12 @@ class Store(Backend):
 
     def acquire_lease(self, run_id: str, owner: str, ttl: float, *, takeover_from: str | None = None) -> Lease:
         """Take the run's lease for ``ttl`` seconds and bump its fence token. Succeeds if the
-        run has no live lease (expiry judged on the store's clock), if ``owner`` already holds
+        run has no live lease (expiry judged on the store's lease clock), if ``owner`` already holds
         it, or if the holder is ``takeover_from`` (the caller proved it dead). Else ``LeaseHeld``."""
         check_run_id(run_id)
         for _ in range(_CAS_ATTEMPTS):
             head = self.read_head(run_id)
-            now = self.store_time()
+            now = self.lease_time()
             current = head or RunHead()
             if current.owner is not None and current.expires_at > now and current.owner not in (owner, takeover_from):
                 raise LeaseHeld(f"run {run_id!r} is held by {current.owner} for {current.expires_at - now:.1f}s more")
@@ -332,7 +332,7 @@ class Store(Backend):
             head = self.read_head(lease.run_id)
             if head is None or head.fence != lease.fence or head.owner != lease.owner:
                 raise LeaseLost(f"lease on run {lease.run_id!r} (fence {lease.fence}) was taken over")
-            new = replace(head, expires_at=self.store_time() + ttl)
+            new = replace(head, expires_at=self.lease_time() + ttl)
             if self.swap_head(lease.run_id, head, new):
                 return replace(lease, expires_at=new.expires_at)
         raise StoreUnavailable(f"the lease of run {lease.run_id!r} kept changing; retry")
@@ -349,7 +349,7 @@ class Store(Backend):
     def lease_of(self, run_id: str) -> Lease | None:
         """The run's current lease holder, or None when nobody holds a live lease."""
         head = self.read_head(check_run_id(run_id))
-        if head is None or head.owner is None or head.expires_at <= self.store_time():
+        if head is None or head.owner is None or head.expires_at <= self.lease_time():
             return None
         return Lease(run_id, head.owner, head.fence, head.expires_at)
 
@@ -400,7 +400,7 @@ class Store(Backend):
             if (agent is not None and queued.agent != agent) or phases.get(queued.run_id) in blocked:
                 continue
             head = self.read_head(queued.run_id)
-            now = self.store_time()
+            now = self.lease_time()
             current = head or RunHead()
             if current.owner is None or (current.expires_at <= now and not owners.owner_is_alive(current.owner)):
                 picked.append((queued, head, now))  # a holder alive on this host keeps it, expired or not

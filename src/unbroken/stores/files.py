@@ -54,6 +54,7 @@ from .. import clock, crashpoints
 from ..codec import EncodedSave
 from ..errors import IncompatibleSchema, InvalidRunId, StoreUnavailable
 from ..state import RunSummary, check_run_id
+from ._boot_lease_clock import BootLeaseClock
 from ._durable import fsync_dir, make_dirs, remove_tree, translating, unavailable
 from ._file_format import (
     HEADER_CAP,
@@ -99,6 +100,7 @@ class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
         self.url = url or f"file://{self.root}"
         self._runs = self.root / "runs"
         self._trash = self.root / "trash"
+        self._lease_clock = BootLeaseClock(self._number_boot)
         try:
             self._open()
         except OSError as exc:

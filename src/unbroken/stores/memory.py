@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from .. import clock
 from ..codec import EncodedSave, StoredRecord
 from ..state import RunSummary
+from ._boot_lease_clock import BootLeaseClock
 from .backend import Refused, RunHead, SealedEntry, Submission
 from .base import Store
 
@@ -39,6 +40,7 @@ class InMemoryStore(Store):
         self.url = url
         self._lock = threading.RLock()
         self._runs: dict[str, _Run] = {}
+        self._lease_clock = BootLeaseClock()
         self._queue: dict[str, Submission] = {}
 
     def _fenced(self, run_id: str, fence: int | None) -> _Run:
@@ -51,6 +53,9 @@ class InMemoryStore(Store):
 
     def store_time(self) -> float:
         return clock.wall()
+
+    def lease_time(self) -> float:
+        return self._lease_clock.now()  # the boot clock: no wall-clock step moves a lease
 
     def read_head(self, run_id: str) -> RunHead | None:
         with self._lock:

@@ -436,7 +436,7 @@ class S3Store(S3Ledger, Store):
                 continue
             found = self._fetch_head(queued.run_id)
             head = found[0] if found is not None else empty_head()
-            now = self.store_time()
+            now = self.lease_time()
             if (head["summary"] or {}).get("phase") in UNCLAIMABLE_PHASES:
                 continue
             if head["owner"] is not None and (float(head["expires_at"]) > now or owners.owner_is_alive(head["owner"])):

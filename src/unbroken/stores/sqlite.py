@@ -35,6 +35,7 @@ from ..codec import EncodedSave, Segment, StoredRecord, dumps
 from ..errors import CorruptCheckpoint, IncompatibleSchema, StoreUnavailable
 from ..state import RunSummary
 from . import _sqlite_segments as _segments
+from ._boot_lease_clock import BootLeaseClock
 from ._rows import ledger_from_row, ledger_to_row
 from .backend import Refused, RunHead, SealedEntry, Submission
 from .base import Store
@@ -92,6 +93,7 @@ class SQLiteStore(Store):
         self.sync_level = durability
         self.url = url or f"sqlite:///{self.path}"
         self._lock = threading.RLock()
+        self._lease_clock = BootLeaseClock(self._number_boot)
         self._conn: sqlite3.Connection | None = None
         self._pid = os.getpid()
         self._connect()
@@ -232,6 +234,21 @@ class SQLiteStore(Store):
 
     def store_time(self) -> float:
         return float(self._read(f"SELECT {_NOW}")[0][0])
+
+    def lease_time(self) -> float:
+        return self._lease_clock.now()  # the boot clock: see _boot_lease_clock
+
+    def _number_boot(self, boot: str) -> int:
+        """The boot number of ``boot`` in this file (``unbroken_meta``): 1 + the highest given so
+        far, fixed in one write transaction by the first process of that boot to ask."""
+        key = f"lease_clock_boot:{boot}"
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO unbroken_meta (key, value) SELECT ?, CAST(COALESCE(MAX(CAST(value AS "
+                "INTEGER)), 0) + 1 AS TEXT) FROM unbroken_meta WHERE key LIKE 'lease_clock_boot:%'",
+                (key,),
+            )
+            return int(conn.execute("SELECT value FROM unbroken_meta WHERE key=?", (key,)).fetchone()[0])
 
     def read_head(self, run_id: str) -> RunHead | None:
         rows = self._read("SELECT head_seq, fence, owner, lease_expires FROM unbroken_runs WHERE run_id=?", (run_id,))

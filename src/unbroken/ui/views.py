@@ -154,17 +154,18 @@ class RunIndex:
             "tokens_used": 0 if isinstance(run, ops.QueuedRun) else run.tokens_used,
             "updated_at": run.submitted_at if isinstance(run, ops.QueuedRun) else run.updated_at,
             "needs_attention": _phase(run) in ATTENTION_PHASES,
-            "lease": _lease(lease),
+            "lease": _lease(lease, self.store),
         }
 
 
-def _lease(lease: Any) -> dict[str, Any] | None:
+def _lease(lease: Any, store: Store) -> dict[str, Any] | None:
     if lease is None:
         return None
     return {
         "owner": lease.owner,
         "fence": lease.fence,
-        "expires_at": lease.expires_at,
+        "expires_at": lease.expires_at,  # on the store's lease clock, not always a Unix time
+        "expires_in": lease.expires_at - store.lease_time(),
         "holder_dead": owner_is_dead(lease.owner),
     }
 
@@ -381,7 +382,7 @@ def run_page(details: RunDetails, run_id: str) -> dict[str, Any]:
         "updated_at": state.updated_at,
         "business_state": state.business_state,
         "business_state_version": state.business_state_version,
-        "lease": _lease(view.lease),
+        "lease": _lease(view.lease, details.store),
         "message_count": len(state.messages),
         "messages": detail.messages,
         "timeline_count": detail.timeline_count,

@@ -32,6 +32,7 @@ from urllib.parse import quote
 from ... import clock
 from ...codec import EncodedSave, StoredRecord
 from ...state import LedgerEntry, RunSummary
+from .._boot_lease_clock import BootLeaseClock
 from ..backend import Refused, RunHead, SealedEntry, Submission, seal
 from ..base import Store
 
@@ -46,6 +47,7 @@ class JsonKVStore(Store):
         self.root = Path(root)
         self.url = f"jsonkv://{self.root}"
         self._lock = threading.RLock()
+        self._lease_clock = BootLeaseClock()
 
     # ------------------------------------------------------------------ files
 
@@ -83,6 +85,9 @@ class JsonKVStore(Store):
 
     def store_time(self) -> float:
         return clock.wall()
+
+    def lease_time(self) -> float:
+        return self._lease_clock.now()  # one process, one machine: the boot clock
 
     def read_head(self, run_id: str) -> RunHead | None:
         with self._lock:

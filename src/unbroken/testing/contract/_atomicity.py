@@ -10,6 +10,7 @@ from typing import TypeVar, get_args
 
 import pytest
 
+from ... import clock
 from ...codec import Encoder
 from ...errors import ConcurrentSave, LeaseHeld
 from ...state import idempotency_key
@@ -160,7 +161,7 @@ class AtomicityContract(ContractBase):
         assert store.read_head("run-a4") == current
 
     def test_swap_head_expecting_no_head_creates_it_once(self, store: Store) -> None:
-        new = RunHead(0, 1, "worker-a", store.store_time() + LONG_TTL)
+        new = RunHead(0, 1, "worker-a", store.lease_time() + LONG_TTL)
 
         assert store.swap_head("run-a4-new", None, new) is True
         assert store.swap_head("run-a4-new", None, RunHead(0, 1, "worker-b", 0.0)) is False
@@ -195,17 +196,41 @@ class AtomicityContract(ContractBase):
         assert abs(readings[0] - time.time()) < 300  # the store's clock, not another epoch or unit
         assert readings == sorted(readings)
 
-    def test_leases_are_judged_on_the_store_clock(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-        before = store.store_time()
+    def test_the_lease_clock_never_goes_backwards(self, store: Store) -> None:
+        readings = [store.lease_time() for _ in range(5)]
+
+        assert readings == sorted(readings)
+
+    def test_leases_are_judged_on_the_store_lease_clock(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        before = store.lease_time()
         lease = store.acquire_lease("run-a6", "worker-a", LONG_TTL)
-        after = store.store_time()
+        after = store.lease_time()
         assert before + LONG_TTL - 2.0 <= lease.expires_at <= after + LONG_TTL + 2.0
 
-        real = store.store_time
-        monkeypatch.setattr(store, "store_time", lambda: real() + 2 * LONG_TTL)  # the store's clock moves on
+        real = store.lease_time
+        monkeypatch.setattr(store, "lease_time", lambda: real() + 2 * LONG_TTL)  # the lease clock moves on
 
         assert store.lease_of("run-a6") is None
         assert store.acquire_lease("run-a6", "worker-b", LONG_TTL).fence > lease.fence
+
+    def test_a_step_of_this_machines_wall_clock_does_not_move_the_lease_clock(self, store: Store) -> None:
+        lease = store.acquire_lease("run-a6-step", "worker-a", LONG_TTL)
+
+        with clock.using(_WallStepped(2 * LONG_TTL)):  # NTP, a VM resume: the wall clock jumps ahead
+            held = store.lease_of("run-a6-step")
+            with pytest.raises(LeaseHeld):
+                store.acquire_lease("run-a6-step", "worker-b", LONG_TTL)
+
+        assert held == lease
+
+    def test_a_lease_written_in_an_earlier_boot_is_expired(self, store: Store) -> None:
+        if "multi_host" in store.capabilities:
+            return  # a server's clock: a reboot of this machine changes nothing
+        lease = store.acquire_lease("run-a6-boot", "worker-a", LONG_TTL)
+
+        with clock.using(_Rebooted()):  # every holder of the earlier boot is dead
+            assert store.lease_of("run-a6-boot") is None
+            assert store.acquire_lease("run-a6-boot", "worker-b", LONG_TTL).fence > lease.fence
 
     # ------------------------------------------------------------------ A7
 
@@ -226,3 +251,23 @@ class AtomicityContract(ContractBase):
             assert second.lease_of("run-a7") == lease
         finally:
             second.close()
+
+
+class _WallStepped(clock.SystemClock):
+    """The machine's clocks with the wall clock ``ahead`` seconds ahead (its other clocks true)."""
+
+    def __init__(self, ahead: float) -> None:
+        self.ahead = ahead
+
+    def wall(self) -> float:
+        return super().wall() + self.ahead
+
+
+class _Rebooted(clock.SystemClock):
+    """The machine's clocks after a reboot: another boot id, a boot clock started again."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def boot(self) -> tuple[str, float]:
+        return "rebooted-0123456789abcdef", 1.0 + time.monotonic() - self.started

@@ -88,7 +88,7 @@ class ClaimContract(ContractBase):
         if not _claims(store):
             return
         store.submit("the task", "run-claim-me", agent="writer")
-        before = store.store_time()
+        before = store.lease_time()
 
         (claimed,) = store.claim_runnable("worker-a", LONG_TTL)
 

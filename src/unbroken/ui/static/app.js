@@ -104,7 +104,7 @@ async function runsPage() {
 
 function leaseText(lease) {
   if (!lease) return el("span", { class: "muted" }, "free");
-  const left = Math.round(lease.expires_at - Date.now() / 1000);
+  const left = Math.round(lease.expires_in);  // the store's lease clock is not always a Unix time
   return el("span", { class: "mono", title: lease.owner },
     lease.owner.split(":").slice(0, 2).join(":"), lease.holder_dead ? " (holder gone)" : ` (${left}s left)`);
 }
