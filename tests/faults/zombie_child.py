@@ -189,7 +189,8 @@ def switch_fencing_off(parts: str) -> set[str]:
     not check its lease itself), ``alive`` (a holder alive on this host is taken over once a
     clock says its lease expired), ``acting`` (a tool left running by its interrupted call is
     not counted: the lease is released at once), ``service-clock`` (S3: the service's clock is
-    this machine's wall clock plus an offset read once, at open). Returns the parts switched off."""
+    this machine's wall clock plus an offset read once, at open), ``boot-clock`` (SQLite, the
+    file store: leases judged on the wall clock). Returns the parts switched off."""
     from unbroken import fencing, leases, owners
 
     checked_acting = fencing.LeaseGuard.acting
@@ -214,6 +215,11 @@ def switch_fencing_off(parts: str) -> set[str]:
     )
     if "acting" in off:
         owners.still_acting = lambda owner, run_id: 0
+    if "boot-clock" in off:
+        from unbroken import clock as clocks
+        from unbroken.stores import _boot_lease_clock
+
+        _boot_lease_clock.BootLeaseClock.now = lambda self: clocks.wall()  # type: ignore[method-assign]
     if "service-clock" in off:
         from unbroken import clock
         from unbroken.stores import _s3_clock
