@@ -9,6 +9,7 @@ Layout::
     DIR/runs/<run_id>/effects/<key>.json         one effect-ledger entry per idempotency key
     DIR/runs/<run_id>/lease.json                 owner, fence, expires_at (lease.prev.json: the generation before)
     DIR/trash/                                   runs being deleted
+    DIR/lease-clock/<boot id>                    the boot's number on the lease clock (``_boot_lease_clock``)
 
 A record file holds two lines: a small JSON header (seq, checksum, label, snapshot, bytes, and
 the run summary that ``list_runs`` shows, so a save writes one file, not a summary file too)
