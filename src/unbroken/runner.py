@@ -343,8 +343,11 @@ def _never_started(run_id: str, store: Store) -> Iterator[None]:
     try:
         yield
     except RunNotFound as exc:
-        if type(exc) is not RunNotFound:  # RunQueued says it better
+        if type(exc) is not RunNotFound:
             raise
+        told = store._not_found(run_id)  # the store's own story: queued, or records lost under a head
+        if type(told) is not RunNotFound:
+            raise told from exc
         raise RunNotFound(
             f"no run {run_id!r} to resume in {store.url}: it was never saved there, was deleted, or the store "
             "lost it (a server restarted without its data, keys evicted under memory pressure). resume() never "
