@@ -38,7 +38,7 @@ def lose(store: Store, run_id: str) -> None:
 
 
 def test_resume_continues_a_stored_run_from_its_save_point() -> None:
-    store, charged = open_store("memory://"), []
+    store, charged = open_store("memory://"), list[int]()
     agent = charging_agent(store, charged, [CHARGE])
     with pytest.raises(Exception, match="ScriptExhausted"):
         agent.run("charge once", run_id="r1")
@@ -50,7 +50,7 @@ def test_resume_continues_a_stored_run_from_its_save_point() -> None:
 
 
 def test_resume_and_aresume_of_a_lost_run_raise_run_not_found_and_start_nothing() -> None:
-    store, charged = open_store("memory://"), []
+    store, charged = open_store("memory://"), list[int]()
     agent = charging_agent(store, charged, [CHARGE, FINAL])
     agent.run("charge once", run_id="r1")
     lose(store, "r1")
@@ -73,7 +73,7 @@ def test_resume_of_a_queued_run_says_it_is_queued() -> None:
 
 
 def test_a_worker_never_starts_over_a_run_it_saw_saved_and_the_store_lost() -> None:
-    store, charged = open_store("memory://"), []
+    store, charged = open_store("memory://"), list[int]()
     worker = Worker(lambda s: charging_agent(s, charged, [CHARGE]), store, retry_after=0.05, poll_interval=0.05)
     store.submit("charge once", "r1")
     first = worker.run(until_idle=True, max_runs=1)  # charges, then the model fails: left for retry
