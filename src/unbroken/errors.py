@@ -130,11 +130,12 @@ class InsufficientDurability(StoreError):
 
 
 class StoreDataLost(StoreError):
-    """The store lost this run's data while this process held its lease (its head or save records vanished,
-    or its fence or save number went backwards): the server was restarted without its data, evicted keys
-    under memory pressure, or the run was deleted. Nothing was written. Resuming it would start over or
-    from an older save point, and side effects already done could run again: do not start the run again;
-    restore the store from a backup, fix the server's persistence, and settle the run's effects by hand."""
+    """The store lost this run's data while this process held its lease (its head vanished, or its fence
+    or save number went backwards): a server restarted without its data, keys evicted under memory
+    pressure, or the run deleted or restored from an older backup. Nothing was written and the run
+    stopped. Starting it again from its task would begin from nothing or an older save point and could
+    repeat side effects already done: restore the store from a backup or settle the run's effects by
+    hand, and fix what lost the data (docs/guarantees.md, section 12)."""
 
 
 class LeaseError(UnbrokenError):
