@@ -126,7 +126,7 @@ class RedisStore(Store):
                 raise
         info = self._info("persistence")
         memory = self._info("memory")
-        appendonly = "yes" if info.get("aof_enabled") else "no"
+        appendonly = ("yes" if info.get("aof_enabled") else "no") if info else f"{UNKNOWN} (INFO is disabled)"
         policy = _text(memory.get("maxmemory_policy", f"{UNKNOWN} (CONFIG GET and INFO memory are disabled)"))
         return ServerSettings(appendonly, "unknown (CONFIG is disabled on this server)", policy)
 
