@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 
 from . import clock, owners
-from .errors import LeaseHeld, LeaseLost
+from .errors import LeaseHeld, LeaseLost, StoreDataLost
 from .fencing import LeaseGuard, Takeover
 from .owners import _boot_id as _boot_id  # re-exported: the fault tests name them here
 from .owners import _pid_namespace as _pid_namespace
@@ -97,7 +97,7 @@ class Heartbeat:
         return self.guard.lease
 
     @property
-    def lost(self) -> LeaseLost | None:
+    def lost(self) -> LeaseLost | StoreDataLost | None:
         return self.guard.lost
 
     def __enter__(self) -> Heartbeat:
@@ -112,7 +112,7 @@ class Heartbeat:
         while not self._stop.wait(self.ttl / 3):
             try:
                 self.guard.renew()
-            except LeaseLost:
+            except (LeaseLost, StoreDataLost):  # for good: the next check or save raises it
                 return
             except Exception:  # the store is briefly unreachable: try again at the next beat
                 continue
