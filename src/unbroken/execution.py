@@ -72,8 +72,10 @@ async def invoke_async(tool: Tool, call: ToolCall, business_state: dict[str, JSO
         async with scope:
             if tool.is_async:
                 value = await tool.fn(**tool.arguments(call, business_state))
-            else:
+            elif tool.timeout is not None:
                 value = await _in_own_thread(tool, call, business_state)
+            else:
+                value = await _in_executor(tool, call, business_state)
             if inspect.isawaitable(value):
                 value = await value
     except LeaseError:
@@ -86,9 +88,9 @@ async def invoke_async(tool: Tool, call: ToolCall, business_state: dict[str, JSO
 
 
 async def _in_own_thread(tool: Tool, call: ToolCall, business_state: dict[str, JSONValue]) -> Any:
-    """A sync tool runs in its own daemon thread, not the loop's executor: one abandoned (past
-    its timeout, or when the run is cancelled) neither holds up ``asyncio.run``'s shutdown nor
-    is forgotten: it counts as able to act until it returns (``_start_thread``)."""
+    """A sync tool with a timeout runs in its own daemon thread, not the loop's executor: a hung
+    one is abandoned without holding up ``asyncio.run``'s shutdown, and still counts as able to
+    act until it returns (``_start_thread``)."""
     import asyncio
 
     loop = asyncio.get_running_loop()
@@ -114,6 +116,47 @@ async def _in_own_thread(tool: Tool, call: ToolCall, business_state: dict[str, J
 
     _start_thread(tool, work)
     return await done
+
+
+async def _in_executor(tool: Tool, call: ToolCall, business_state: dict[str, JSONValue]) -> Any:
+    """A sync tool without a timeout runs in the loop's default executor (as ``asyncio.to_thread``
+    does: ``asyncio.run`` waits for it before the process exits), counted as able to act until it
+    returns, even when the call awaiting it is cancelled (``fencing.keep_acting``). Cancelled
+    before a worker thread picked it up, it never runs and stops counting at once."""
+    import asyncio
+
+    arguments = tool.arguments(call, business_state)
+    context = contextvars.copy_context()  # the tool still reaches current_lease() in its thread
+    done = keep_acting(tool.effect)
+    state = ["waiting"]
+    lock = threading.Lock()
+
+    def work() -> Any:
+        with lock:
+            if state[0] == "abandoned":
+                return None
+            state[0] = "running"
+        try:
+            return context.run(tool.fn, **arguments)
+        finally:
+            done()
+
+    def abandon_if_never_started(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled():
+            return
+        with lock:
+            if state[0] != "waiting":
+                return  # it runs (or ran): its own ``finally`` says when it ends
+            state[0] = "abandoned"
+        done()
+
+    try:
+        future = asyncio.get_running_loop().run_in_executor(None, work)
+    except BaseException:
+        done()
+        raise
+    future.add_done_callback(abandon_if_never_started)
+    return await future
 
 
 def _start_thread(tool: Tool, work: Callable[[], None]) -> threading.Thread:

@@ -2,7 +2,7 @@
 
 A ``@tool(timeout=...)`` side effect runs in a thread of its own. When the call that started it
 ends early (Ctrl-C, or ``sys.exit`` from a SIGTERM handler, under ``run`` or ``arun``), that
-thread goes on and charges a moment later. Until it returns, the run's lease is not released:
+thread goes on and charges later (when the test lets it). Until it returns, the run's lease is not released:
 a re-run in the same process (a notebook) or in another process is refused (``LeaseHeld``)
 instead of probing "not executed" and charging again. Once the thread has returned, the lease
 is released by it and a re-run settles the call from the probe: one charge.
@@ -57,12 +57,14 @@ def test_an_interrupted_call_keeps_its_lease_until_its_tool_thread_returns(
     world = sqlite_world
     signal_name, options = SIGNALS[how]
     after = "rerun" if rerun == "same process" else "linger"
-    args = ["--pause", "tool-sleep", "--tool-timeout", "30", "--ttl", "1", "--after-interrupt", after, *options]
+    args = ["--pause", "tool-hold", "--tool-timeout", "30", "--ttl", "1", "--after-interrupt", after, *options]
     first = world.start("first", *args, *(["--arun"] if driver == "arun" else []))
-    world.wait_for("first", "paused", first)  # the tool's thread sleeps before charging
+    world.wait_for("first", "paused", first)  # the tool's thread waits before charging
     first.send_signal(getattr(signal, signal_name))
     world.wait_for("first", "interrupted", first)
+    tool_go = world.charges_file.with_suffix(".txt.tool-go")
     if rerun == "same process":
+        tool_go.touch()  # the abandoned tool goes on and charges; its thread then releases the lease
         outcome = world.finish(first)
         assert world.charges() == 1, outcome
         assert outcome["rerun_at_once"]["error"] == "LeaseHeld", outcome
@@ -70,6 +72,7 @@ def test_an_interrupted_call_keeps_its_lease_until_its_tool_thread_returns(
         assert outcome["rerun_after"]["status"] == "completed", outcome
         return
     at_once = world.finish(world.start("second", "--ttl", "1"))  # the first still lives, its tool too
+    tool_go.touch()
     world.wait_charged(1)  # the abandoned tool charges; its thread then releases the lease
     after_thread = world.finish(world.start("third", "--ttl", "1"))
     world.charges_file.with_suffix(".txt.go").touch()

@@ -9,10 +9,11 @@ The probe reads that file truthfully. ``--pause`` says where and how this proces
   test writes a byte; no signal is involved, the heartbeat thread simply cannot run;
 * ``tool-sigstop``: inside the tool, after the engine's check and before the charge;
 * ``tool-wait``: inside the tool, waits (GIL released, heartbeat running) for ``<charges>.go``.
-* ``tool-sleep``: inside the tool, sleeps 1.5 s before charging (with ``--tool-timeout`` the tool
-  runs in its own thread, so a Ctrl-C or a SIGTERM handler's ``sys.exit`` lands in the driver).
-  Once interrupted, it runs the run again at once and again after the tool's thread ended
-  (``--after-interrupt rerun``), or waits for ``<charges>.go`` (``linger``).
+* ``tool-hold``: inside the tool, waits for ``<charges>.tool-go`` before charging (with
+  ``--tool-timeout`` the tool runs in its own thread, so a Ctrl-C or a SIGTERM handler's
+  ``sys.exit`` lands in the driver). Once interrupted, it runs the run again at once, writes
+  ``<charges>.<name>.interrupted``, and runs it again after the tool's thread ended
+  (``--after-interrupt rerun``); or writes that marker and waits for ``<charges>.go`` (``linger``).
 
 With ``--tool-checks`` the tool calls ``current_lease().check()`` right before it charges.
 
@@ -53,7 +54,6 @@ from unbroken.errors import LeaseHeld, LeaseLost
 from unbroken.leases import make_owner
 from unbroken.tools import ProbeAnswer
 
-TOOL_SLEEP = 1.5  # --pause tool-sleep: how long the tool sleeps before it charges
 USAGE = {"input_tokens": 10, "output_tokens": 5}
 SCRIPT: list[dict[str, Any]] = [
     {
@@ -73,7 +73,7 @@ def main() -> int:
     parser.add_argument("--name", required=True)
     parser.add_argument("--ttl", type=float, default=1.0)
     parser.add_argument(
-        "--pause", choices=["none", "sigstop", "gil", "tool-sigstop", "tool-wait", "tool-sleep"], default="none"
+        "--pause", choices=["none", "sigstop", "gil", "tool-sigstop", "tool-wait", "tool-hold"], default="none"
     )
     parser.add_argument("--tool-timeout", type=float, default=None, help="the charge tool's timeout")
     parser.add_argument("--arun", action="store_true", help="drive the run with Agent.arun")
@@ -102,6 +102,8 @@ def main() -> int:
     def mark(what: str) -> None:
         Path(f"{marker}.{what}").touch()
 
+    held: list[bool] = []
+
     def pause_here() -> None:
         mark("paused")
         if args.pause in ("sigstop", "tool-sigstop"):
@@ -112,8 +114,14 @@ def main() -> int:
         elif args.pause == "tool-wait":
             while not Path(f"{charges}.go").exists():
                 time.sleep(0.02)
-        elif args.pause == "tool-sleep":
-            time.sleep(TOOL_SLEEP)  # in the tool's own thread (it has a timeout): Ctrl-C lands in the driver
+        elif args.pause == "tool-hold" and not held:
+            # In the tool's own thread (it has a timeout), so a Ctrl-C lands in the driver; it
+            # goes on (and charges) once the test creates <charges>.tool-go. Only the first
+            # execution in this process holds: a re-run's own execution charges at once.
+            held.append(True)
+            deadline = time.monotonic() + 60
+            while not Path(f"{charges}.tool-go").exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
 
     def charged(call: ToolCall) -> ProbeAnswer:
         mark("probed")
@@ -123,7 +131,7 @@ def main() -> int:
     @tool(effect="side_effect", probe=charged, timeout=args.tool_timeout)
     def charge(cents: int, *, call: ToolCall) -> str:
         """Charge the customer's card."""
-        if args.pause in ("tool-sigstop", "tool-wait", "tool-sleep"):
+        if args.pause in ("tool-sigstop", "tool-wait", "tool-hold"):
             pause_here()
         if args.tool_checks and "tool" not in off:
             current_lease().check()  # LeaseLost: nothing is charged
@@ -166,13 +174,14 @@ def main() -> int:
     if "interrupted" in outcome:
         # Interrupted while the tool's thread still sleeps before charging: what a notebook (or
         # a process that goes on) does next must not charge again.
-        mark("interrupted")
         if args.after_interrupt == "rerun":
             again = run_once()  # at once: the tool of the first call may still act
+            mark("interrupted")
             while any(t.name.startswith("unbroken-tool-") for t in threading.enumerate()):
                 time.sleep(0.02)
             outcome = {**outcome, "rerun_at_once": again, "rerun_after": run_once()}
         else:
+            mark("interrupted")
             while not Path(f"{charges}.go").exists():
                 time.sleep(0.02)
         while any(t.name.startswith("unbroken-tool-") for t in threading.enumerate()):
