@@ -30,8 +30,10 @@ from .stores.base import Store
 
 def take_lease(store: Store, run_id: str, owner: str, ttl: float, *, grace: float | None = None) -> LeaseGuard:
     """Take the run's lease and return its guard, which knows how it was obtained (see
-    ``fencing.Takeover``). A live holder is replaced at once only when it is provably dead;
-    otherwise ``LeaseHeld``. Durable when it returns."""
+    ``fencing.Takeover``). A live holder is replaced at once only when it is provably dead; a
+    holder provably alive on this host is never replaced, expired or not; under ``owner``
+    itself, the run is not taken back while a tool of an earlier call under that name may still
+    act. Otherwise ``LeaseHeld``. Durable when it returns."""
     head = store.read_head(check_run_id(run_id))  # the lease as stored, live or expired
     now = store.lease_time()
     sent = clock.monotonic()
