@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from unbroken import Agent, LeaseLost, ScriptedModel, Store, ToolCall, current_lease, open_store, tool
+from unbroken import Agent, LeaseLost, ScriptedModel, Store, ToolCall, current_lease, open_store, owners, tool
 from unbroken.leases import _boot_id, _pid_namespace, _proc_stat, make_owner, owner_is_dead, take_lease
 
 RUN = "guarded-run"
@@ -121,3 +121,12 @@ def test_a_tool_can_check_its_lease_and_read_the_fencing_token(store: Store, tmp
     assert head is not None and seen == [head.fence]
     with pytest.raises(LeaseLost, match="outside a tool"):
         current_lease()
+
+
+def test_ended_owner_names_are_remembered_up_to_a_bound_and_the_forgotten_fall_back_to_the_clock() -> None:
+    names = [make_owner() for _ in range(owners._ENDED_KEPT + 10)]
+    for name in names:
+        owners.mark_ended(name)
+    assert len(owners._ended) == owners._ENDED_KEPT  # a long-lived process does not grow without end
+    assert owner_is_dead(names[-1])
+    assert not owner_is_dead(names[0])  # forgotten: judged on its lease's expiry again (safe)
