@@ -28,15 +28,15 @@ from unbroken.errors import LeaseHeld
 SIGNALS = {"ctrl-c": ("SIGINT", ()), "sigterm-exit": ("SIGTERM", ("--exit-on-sigterm",))}
 CASES = [
     ("run", "ctrl-c", "same process"),
+    ("arun", "sigterm-exit", "another process"),
+]
+SLOW_CASES = [  # make reliability: every driver, way out and re-run
     ("arun", "sigterm-exit", "same process"),
     ("run", "sigterm-exit", "another process"),
     ("arun", "ctrl-c", "another process"),
-]
-SLOW_CASES = [
     ("arun", "ctrl-c", "same process"),
     ("run", "sigterm-exit", "same process"),
     ("run", "ctrl-c", "another process"),
-    ("arun", "sigterm-exit", "another process"),
 ]
 
 
