@@ -394,9 +394,12 @@ class Encoder:
         *,
         force_snapshot: bool = False,
         ledger: Sequence[LedgerEntry] = (),
+        account: dict[str, JSONValue] | None = None,
     ) -> EncodedSave:
         """Encode the next save of ``state``. ``state.save_seq`` must already be the new seq.
-        Raises ``NotJSONValue`` (naming the path) before anything is written."""
+        ``account``: the record's own keys saying how calls were settled and what a resume
+        found (``settled``, ``resumed``: ``with_account``). Raises ``NotJSONValue`` (naming the
+        path) before anything is written."""
         previous = self._saved_fields
         texts, changed = self._texts(state, previous)
         new_messages = state.messages[self._saved_messages :]
@@ -430,6 +433,8 @@ class Encoder:
                 f'"snapshot":{"true" if snapshot else "false"},"msg_start":{self._saved_messages},'
                 f'"messages":{messages_text},"fields":{{{fields_text}}}}}'
             )
+        if account:
+            body = with_account(body, account)
         self._pending = texts
         # Made at every save: filling the frozen dataclass's __dict__ at once (as summary_of
         # does) makes the same object as EncodedSave(...), without a setattr per field.
@@ -480,14 +485,28 @@ class Encoder:
         self._since_snapshot = 0 if encoded.snapshot else self._since_snapshot + 1
 
 
+# --------------------------------------------------------------------------- the account of a save
+
+ACCOUNT_KEYS = ("settled", "resumed")
+"""Record keys after ``fields``, written only when set (docs/format.md, "The account of a
+save"): how the calls this record settles were settled, what a resume found. Absent: not
+recorded (older records, or nothing to say)."""
+
+
+def with_account(body: str, account: dict[str, JSONValue]) -> str:
+    """``body`` (a record's JSON object text) with the ``account`` keys appended."""
+    extra = "".join(f",{_encode_str(key)}:{_dumps(account[key])}" for key in ACCOUNT_KEYS if account.get(key))
+    return f"{body[:-1]}{extra}}}" if extra else body
+
+
 # --------------------------------------------------------------------------- version 2 pending calls
 
 _SNAPSHOT_TRUE = '"snapshot":true,'
+_OPTIONAL_FIELDS = ("approvals", "conversation", "history_checked", "resumes")
+"""The small fields ``RunState.small_fields`` leaves out when unset (tests/unit/test_codec_v2.py
+checks this list)."""
 _NO_TEXTS: dict[str, str] = {}  # the saved texts before a first save: every field is new
-_KEY_TEXTS = {
-    key: f"{_encode_str(key)}:"
-    for key in (*RunState(run_id="-", task="").small_fields(), "approvals", "conversation", "history_checked")
-}
+_KEY_TEXTS = {key: f"{_encode_str(key)}:" for key in (*RunState(run_id="-", task="").small_fields(), *_OPTIONAL_FIELDS)}
 _CALL_KEYS = ("id", "name", "input")
 
 
@@ -561,11 +580,6 @@ def _try_path(messages: list[JSONValue], call: ToolCall, path: list[int | str]) 
 def _same_text(a: object, b: object) -> bool:
     first = _json_bytes(a)
     return first is not None and first == _json_bytes(b)
-
-
-_OPTIONAL_FIELDS = ("approvals", "conversation", "history_checked")
-"""The small fields ``RunState.small_fields`` leaves out when unset (tests/unit/test_codec_v2.py
-checks this list)."""
 
 
 def _field_went_away(previous: dict[str, str], texts: dict[str, str]) -> bool:
@@ -1267,6 +1281,9 @@ def _check_field_types(fields: dict[str, JSONValue]) -> None:
     checked = fields.get("history_checked", 0)
     if type(checked) is not int or not 0 <= checked <= fields["message_count"]:
         raise ValueError(f"field history_checked is {checked!r}, not a message index")
+    resumes = fields.get("resumes", 0)
+    if type(resumes) is not int or resumes < 0:
+        raise ValueError(f"field resumes is {resumes!r}, not a non-negative integer")
 
 
 def peek_version(record: StoredRecord) -> int | None:
