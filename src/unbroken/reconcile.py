@@ -87,7 +87,7 @@ def decide_first(call: ToolCall, tool: Tool | None, ledger: EffectLedger, resolu
         text = f"Error: {call.error}. The call was not executed."
         return Decision("answer", ToolResult(call.id, text, True, "invalid"), reason=call.error)
     if tool is None:
-        return _not_runnable(call, ledger, f"there is no tool named {call.name!r}")
+        return _not_runnable(call, ledger, f"there is no tool named {call.name!r}", gone=True)
     misfit = unbindable(tool, call)
     if misfit is not None:
         return _not_runnable(call, ledger, misfit)
@@ -127,7 +127,7 @@ def unbindable(tool: Tool, call: ToolCall) -> str | None:
     return None
 
 
-def _not_runnable(call: ToolCall, ledger: EffectLedger, why: str) -> Decision:
+def _not_runnable(call: ToolCall, ledger: EffectLedger, why: str, *, gone: bool = False) -> Decision:
     """A call that cannot run (its tool is gone, or its arguments no longer fit): settled from the
     ledger. Reused if settled, an unknown outcome if it may have run, "not executed" only when
     nothing about it was ever claimed."""
@@ -137,6 +137,8 @@ def _not_runnable(call: ToolCall, ledger: EffectLedger, why: str) -> Decision:
         return Decision("answer", result, reason=why)
     if entry.status in ("succeeded", "failed") and entry.result is not None:
         return Decision("answer", replace(entry.result, call_id=call.id, how="reused"), ledger=entry.status)
+    if gone:
+        why = f"the tool {call.name!r} is no longer defined on this agent"
     reason = f"{why}, and an earlier attempt may have run"
     return Decision("unknown", entry=entry, reason=reason, ledger=entry.status)
 
