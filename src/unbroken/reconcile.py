@@ -87,10 +87,10 @@ def decide_first(call: ToolCall, tool: Tool | None, ledger: EffectLedger, resolu
         text = f"Error: {call.error}. The call was not executed."
         return Decision("answer", ToolResult(call.id, text, True, "invalid"), reason=call.error)
     if tool is None:
-        return _not_runnable(call, ledger, f"there is no tool named {call.name!r}", gone=True)
+        return _not_runnable(call, None, ledger, f"there is no tool named {call.name!r}")
     misfit = unbindable(tool, call)
     if misfit is not None:
-        return _not_runnable(call, ledger, misfit)
+        return _not_runnable(call, tool, ledger, misfit)
     if tool.effect == "read_only":
         return Decision("execute")
     claim = ledger.claim(call)
@@ -127,18 +127,28 @@ def unbindable(tool: Tool, call: ToolCall) -> str | None:
     return None
 
 
-def _not_runnable(call: ToolCall, ledger: EffectLedger, why: str, *, gone: bool = False) -> Decision:
-    """A call that cannot run (its tool is gone, or its arguments no longer fit): settled from the
-    ledger. Reused if settled, an unknown outcome if it may have run, "not executed" only when
-    nothing about it was ever claimed."""
-    entry = ledger.get(call.idempotency_key)
+def _not_runnable(call: ToolCall, tool: Tool | None, ledger: EffectLedger, why: str) -> Decision:
+    """A call that cannot run (``tool`` is gone, or the call's arguments no longer fit it):
+    settled from the ledger. Reused if settled; "not executed" when nothing about it was ever
+    claimed (or it is read-only); an idempotent call that may have run is answered with an
+    error saying so (running it again is safe, so the model may); any other call that may
+    have run is an unknown outcome (the agent's policy: tell the model, pause for
+    ``unbroken resolve``, or fail), never a silent failure."""
+    entry = None if tool is not None and tool.effect == "read_only" else ledger.get(call.idempotency_key)
     if entry is None:
         result = ToolResult(call.id, f"Error: {why}. The call was not executed.", True, "invalid")
         return Decision("answer", result, reason=why)
     if entry.status in ("succeeded", "failed") and entry.result is not None:
         return Decision("answer", replace(entry.result, call_id=call.id, how="reused"), ledger=entry.status)
-    if gone:
+    if tool is None:
         why = f"the tool {call.name!r} is no longer defined on this agent"
+    elif tool.effect == "idempotent":
+        text = (
+            f"Error: {why}. The call was not run again; an earlier attempt may have run. The tool is "
+            "idempotent: calling it again with arguments that fit is safe."
+        )
+        result = ToolResult(call.id, text, True, "invalid")
+        return Decision("answer", result, EffectLedger.outcome(entry, result), why, ledger=entry.status)
     reason = f"{why}, and an earlier attempt may have run"
     return Decision("unknown", entry=entry, reason=reason, ledger=entry.status)
 
