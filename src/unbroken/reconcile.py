@@ -87,10 +87,10 @@ def decide_first(call: ToolCall, tool: Tool | None, ledger: EffectLedger, resolu
         text = f"Error: {call.error}. The call was not executed."
         return Decision("answer", ToolResult(call.id, text, True, "invalid"), reason=call.error)
     if tool is None:
-        return _not_runnable(call, None, ledger, f"there is no tool named {call.name!r}")
+        return _not_runnable(call, None, ledger, f"there is no tool named {call.name!r}", resolution)
     misfit = unbindable(tool, call)
     if misfit is not None:
-        return _not_runnable(call, tool, ledger, misfit)
+        return _not_runnable(call, tool, ledger, misfit, resolution)
     if tool.effect == "read_only":
         return Decision("execute")
     claim = ledger.claim(call)
@@ -127,7 +127,9 @@ def unbindable(tool: Tool, call: ToolCall) -> str | None:
     return None
 
 
-def _not_runnable(call: ToolCall, tool: Tool | None, ledger: EffectLedger, why: str) -> Decision:
+def _not_runnable(
+    call: ToolCall, tool: Tool | None, ledger: EffectLedger, why: str, resolution: str | None = None
+) -> Decision:
     """A call that cannot run (``tool`` is gone, or the call's arguments no longer fit it):
     settled from the ledger. Reused if settled; "not executed" when nothing about it was ever
     claimed (or it is read-only); an idempotent call that may have run is answered with an
@@ -140,6 +142,11 @@ def _not_runnable(call: ToolCall, tool: Tool | None, ledger: EffectLedger, why: 
         return Decision("answer", result, reason=why)
     if entry.status in ("succeeded", "failed") and entry.result is not None:
         return Decision("answer", replace(entry.result, call_id=call.id, how="reused"), ledger=entry.status)
+    if resolution == "not_executed":  # a person checked: it did not happen, and it cannot run now
+        text = f"Error: {why}. The call did not take effect (checked by a person) and was not executed."
+        result = ToolResult(call.id, text, True, "invalid")
+        reason = f"{why}; a person said it did not take effect (unbroken resolve)"
+        return Decision("answer", result, EffectLedger.outcome(entry, result), reason, ledger=entry.status)
     if tool is None:
         why = f"the tool {call.name!r} is no longer defined on this agent"
     elif tool.effect == "idempotent":
