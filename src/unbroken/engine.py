@@ -109,8 +109,10 @@ def run_steps(session: RunSession) -> Steps:
     state = session.state
     if state.finished:
         return
-    if session.resumed:
-        session.record_resume()  # one record per resume: what it found, counted
+    if session.resumed and state.phase in ("awaiting_model", "running_tools"):
+        # One record per resume of a run that was running (a crash, or a stop on request): what
+        # it found, counted. A run waiting for a person is not resumed until a person acts.
+        session.record_resume()
     if not (yield from _settle(session, state.dangling_calls(), resuming=True)):
         return
     session.resume_seconds = session.since_start()

@@ -246,6 +246,7 @@ class RunSession:
             last_seq=state.save_seq,
             dangling=len(state.dangling_calls()),
             calls=len(state.pending_calls),
+            by_hand=len(state.resolutions) + sum(1 for result in state.results.values() if result.how == "resolved"),
         )
         state.resumes += 1
         self.save("resumed", resumed=found)

@@ -197,14 +197,19 @@ class Resumption:
     """Calls of the turn left without a result."""
     calls: int = 0
     """Calls of the turn."""
+    by_hand: int = 0
+    """Calls of the turn a person settled while the run was paused (``unbroken resolve``)."""
 
     def to_json(self) -> dict[str, JSONValue]:
-        return {
+        data: dict[str, JSONValue] = {
             "phase": self.phase,
             "last_seq": self.last_seq,
             "dangling": self.dangling,
             "calls": self.calls,
         }
+        if self.by_hand:
+            data["by_hand"] = self.by_hand
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, JSONValue]) -> Resumption:
@@ -213,6 +218,7 @@ class Resumption:
             last_seq=int(data["last_seq"]),
             dangling=int(data.get("dangling", 0)),
             calls=int(data.get("calls", 0)),
+            by_hand=int(data.get("by_hand", 0)),
         )
 
 

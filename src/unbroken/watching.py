@@ -182,7 +182,14 @@ _POLICY_WORDS = {
 
 def describe_resume(found: Resumption) -> str:
     """A resume's record in words: where the previous process left the run."""
-    if found.phase == "running_tools":
+    if found.by_hand:
+        return (
+            f"resumed after save {found.last_seq}: {found.by_hand} call(s) of the turn had been settled by hand "
+            f"(unbroken resolve); {found.dangling} of {found.calls} call(s) had no result"
+        )
+    if found.phase == "running_tools" and not found.dangling:
+        where = f"after each of the turn's {found.calls} call(s) had a result, before the turn was closed"
+    elif found.phase == "running_tools":
         where = f"while settling tool calls: {found.dangling} of {found.calls} call(s) had no result"
     elif found.phase == "awaiting_model":
         where = "during a model call (or a compaction): no tool call was in flight"

@@ -157,7 +157,8 @@ def test_a_settlement_by_hand_is_recorded_with_the_resolve(store: Store, crash_a
         f"call t1 (send): {STARTED}; no probe; outcome UNKNOWN; the run paused for `unbroken resolve`",
         "call t1 (send): its outcome had been reported unknown before; settled by hand: a person said it took "
         "effect (unbroken resolve)",
-        "resumed after save 5: the previous process ended while settling tool calls: 0 of 1 call(s) had no result",
+        "resumed after save 5: 1 call(s) of the turn had been settled by hand (unbroken resolve); 0 of 1 call(s) "
+        "had no result",
     ]
 
 
