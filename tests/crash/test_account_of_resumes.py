@@ -60,7 +60,7 @@ def test_ten_kills_are_ten_resumes_in_history_and_in_the_inspector(
     assert shown.exit_code == 0, shown.output
     text = " ".join(shown.output.split())  # rich wraps long lines
     assert text.count("resumed after save") == len(KILLS)
-    assert f"resumed {len(KILLS)} time(s) in all" in text
+    assert f"resumed {len(KILLS)} time(s) up to save point" in text
     assert text.count("the previous process ended during a model call") == 4
     started_before = "it was started before and its outcome never recorded"
     assert f"call toolu_put (put_object): {started_before}; run again (attempt 2)" in text

@@ -108,7 +108,7 @@ def test_history_shows_each_crash_and_how_each_dangling_call_was_settled(tmp_pat
     assert shown.exit_code == 0, shown.output
     assert "what each resume found, and how calls were settled" in shown.output
     assert "toolu_a (send_email): it was started before and its outcome never recorded" in shown.output
-    assert "resumed 1 time(s) in all" in shown.output
+    assert "resumed 1 time(s) up to save point" in shown.output
 
 
 def test_history_of_a_run_that_never_crashed_has_no_notes(tmp_path: Path) -> None:

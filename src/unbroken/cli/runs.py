@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .. import SCHEMA_VERSION, ops, paging
-from ..codec import fold_fields, save_info
+from ..codec import save_info
 from ..errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, LeaseHeld, RunNotFound
 from ..state import SaveInfo, check_run_id
 from ..stores import Store, open_store
@@ -145,7 +145,7 @@ def history_command(run_id: str, last: int | None, from_seq: int | None, show_al
         page = paging.timeline_page(store, run_id, first, first + count - 1)
         notes = ops.settlements(store, run_id, records=page.records)
     _history_table(console, run_id, page.saves, notes, title=True)
-    _resumes_line(console, page.records)
+    _print_resumes(console, page.fields)
     shown = page.saves
     oldest = page.first or 1
     if shown and (shown[0].seq > oldest or shown[-1].seq < page.head):
@@ -158,19 +158,13 @@ def history_command(run_id: str, last: int | None, from_seq: int | None, show_al
         console.print(f"[yellow]warning:[/] {escape(page.problem)}; the table stops at the last intact save point")
 
 
-def _resumes_line(console: Console, records: list[dict[str, Any]]) -> None:
-    """How many times the run was resumed in all, as its state counts them (each resume's
-    record says what it found). ``records``: a page of records, a snapshot first."""
-    fields: dict[str, Any] | None = None
-    for record in records:  # a page starts at a snapshot: the fold gives the run's fields
-        fields = fold_fields(fields, record)
-    _print_resumes(console, fields)
-
-
 def _print_resumes(console: Console, fields: dict[str, Any] | None) -> None:
+    """How many times the run was resumed in all, as its state counts them (``fields``: folded
+    through the last save point shown; each resume's record says what it found)."""
     resumes = int((fields or {}).get("resumes", 0))
     if resumes:
-        console.print(f"resumed {resumes} time(s) in all (a crash or a stop each)")
+        upto = (fields or {}).get("save_seq", "?")
+        console.print(f"resumed {resumes} time(s) up to save point {upto} (a crash or a stop each)")
 
 
 def _history_table(
