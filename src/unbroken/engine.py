@@ -158,7 +158,7 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
     if not approvals.gate(session, calls):  # a call waits for a person: saved, nothing started
         return False
     capped = _count_attempts(session, calls) if resuming else {}
-    unknown: list[tuple[ToolCall, Decision, Settlement]] = []
+    unknown: list[tuple[ToolCall, Decision, Settlement | None]] = []
     running = 0
     for call in calls:
         tool = session.agent.tools.get(call.name)
@@ -185,7 +185,6 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
             hooks.reconcile_decision(session, call, decision)
         settlement = account(session, call, tool, decision, resuming=resuming, grace=grace)
         if decision.action == "unknown":
-            assert settlement is not None
             unknown.append((call, decision, settlement))
         elif decision.action == "answer":
             assert decision.result is not None
@@ -348,7 +347,7 @@ def _text(value: JSONValue) -> str:
     return json.dumps(value, sort_keys=True, default=repr)
 
 
-def _record(session: RunSession, job: Job) -> list[tuple[ToolCall, Decision, Settlement]]:
+def _record(session: RunSession, job: Job) -> list[tuple[ToolCall, Decision, Settlement | None]]:
     """Make a finished job's result durable with its ledger outcome, its state change and its
     settlement; a timed-out side effect is returned as an unknown outcome instead."""
     call, tool, decision = job.call, job.tool, job.decision

@@ -381,16 +381,16 @@ class RunSession:
         state.phase = "awaiting_model"
         self.save("tools_done", ledger=ledger, settled=settled)
 
-    def handle_unknown(self, call: ToolCall, decision: Decision, settlement: Settlement) -> bool:
+    def handle_unknown(self, call: ToolCall, decision: Decision, settlement: Settlement | None) -> bool:
         """Apply the unknown-outcome policy (``settlement`` says how the outcome came to be
         unknown; the policy is added to it). Returns False when the run must stop here."""
         assert decision.entry is not None
         entry = replace(decision.entry, status="unknown", updated_at=clock.wall())
         policy = self.agent.unknown_policy
-        settled = (replace(settlement, outcome="unknown", policy=policy),)
+        settled = (replace(settlement, outcome="unknown", policy=policy),) if settlement is not None else ()
         self.reconciled.append((call.id, call.name, "unknown"))
         if policy == "tell_model":
-            self.record_result(call, unknown_result(call, decision.reason), entry, settled[0])
+            self.record_result(call, unknown_result(call, decision.reason), entry, *settled)
             return True
         state = self.state
         if policy == "pause":
