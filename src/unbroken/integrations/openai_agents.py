@@ -39,7 +39,7 @@ from pydantic import TypeAdapter
 from ..codec import canonical_hash
 from ..errors import ConfigError, IdempotencyConflict, TaskMismatch
 from ..ledger import EffectLedger, unknown_result
-from ..state import EFFECTS, Effect, JSONValue, ToolCall, ToolResult, idempotency_key
+from ..state import EFFECTS, Effect, JSONValue, ToolCall, ToolResult, idempotency_key, occurrence_key
 from ..stores.base import Store
 from ..tools import Found, NotExecuted, Probe
 from ._runlog import RunLog, log_id
@@ -128,7 +128,10 @@ class DurableModel(Model):
         if isinstance(saved, dict) and saved.get("request") == request:
             return _response_from_json(saved["response"])
         response: ModelResponse = await self.inner.get_response(system_instructions, input, *args, **kwargs)
-        self.session._set_head(model_answer={"request": request, "response": _response_to_json(response)})
+        number = self.session.log.head().get("answers", 0)
+        number = (number if isinstance(number, int) else 0) + 1
+        answer = {"request": request, "response": _response_to_json(response), "number": number}
+        self.session._set_head(model_answer=answer, answers=number)
         return response
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
@@ -175,7 +178,7 @@ def _durable_invoke(
             id=call_id,
             name=name,
             input=parsed if isinstance(parsed, dict) else {"arguments": arguments},
-            idempotency_key=idempotency_key(session.run_id, call_id),
+            idempotency_key=call_key(session, call_id, name, arguments),
         )
         token = _CURRENT_CALL.set(call)
         try:
@@ -184,6 +187,28 @@ def _durable_invoke(
             _CURRENT_CALL.reset(token)
 
     return invoke
+
+
+def call_key(session: UnbrokenSession, call_id: str, name: str, arguments: str) -> str:
+    """The idempotency key of a call by its occurrence: the session's run, the number of the
+    saved model answer that made it, its position among that answer's function calls, and the
+    provider's id (which a server may reuse: ``call_0`` in every answer). The answer is saved
+    before its tools run, so a resumed process derives the same key. An answer saved before
+    answers were numbered keeps the key it was run with (run and provider id)."""
+    answer = session.log.head().get("model_answer")
+    number = answer.get("number") if isinstance(answer, dict) else None
+    if not isinstance(answer, dict) or not isinstance(number, int):
+        return idempotency_key(session.run_id, call_id)
+    response = answer.get("response")
+    output = response.get("output") if isinstance(response, dict) else None
+    calls = [item for item in output if isinstance(item, dict)] if isinstance(output, list) else []
+    for position, item in enumerate(calls):
+        if (item.get("call_id"), item.get("name"), item.get("arguments")) == (call_id, name, arguments):
+            return occurrence_key(session.run_id, number, position, call_id)
+    raise ConfigError(
+        f"tool call {call_id!r} ({name}) is not in the model answer saved for session {session.session_id!r}; "
+        "durable tools run only for the answers of their durable() agent's model"
+    )
 
 
 async def _settle(

@@ -1,0 +1,102 @@
+"""A local OpenAI-compatible server that numbers its tool calls ``call_0`` in every answer (as
+local servers do) and two purchases in one session: each integration keys a call by its
+occurrence, not by the provider's id, so there are two charges, each answered with its own
+result (issue 21)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from provider_server import ProviderServer, Reply, _chat_call, _function_call, chat_completion, response_body
+
+from unbroken import open_store
+from unbroken.integrations.openai_agents import UnbrokenSession, current_call, durable, run_durably
+
+PURCHASES = ["Buy a lamp", "Buy a chair"]
+
+
+class Shop:
+    """The service the tool charges: one charge per call that reached it."""
+
+    def __init__(self) -> None:
+        self.charges: list[tuple[str, str]] = []
+
+    def charge(self, item: str, key: str) -> str:
+        self.charges.append((item, key))
+        return f"charged for {item} (charge {len(self.charges)})"
+
+
+def wanted_item(text: str) -> str:
+    return text.removeprefix("Buy a ").strip()
+
+
+def responses_reusing_call_0(path: str, body: dict[str, Any]) -> Reply:
+    """Responses API: a user message gets ``buy`` as call ``call_0``; a tool output gets a final message."""
+    last = body["input"][-1]
+    if last.get("type") == "function_call_output":
+        text = f"Done: {last['output']}"
+        message = {"type": "message", "id": "msg_0", "role": "assistant", "status": "completed",
+                   "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
+        return 200, response_body([message]), {}
+    content = last["content"] if isinstance(last["content"], str) else last["content"][0]["text"]
+    arguments = json.dumps({"item": wanted_item(content)})
+    return 200, response_body([_function_call("fc_0", "call_0", "buy", arguments)]), {}
+
+
+def chat_reusing_call_0(path: str, body: dict[str, Any]) -> Reply:
+    """Chat Completions: the same, with ``tool_calls`` and ``tool`` messages."""
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        message = {"role": "assistant", "content": f"Done: {last['content']}", "refusal": None}
+        return 200, chat_completion(message, "stop"), {}
+    arguments = json.dumps({"item": wanted_item(last["content"])})
+    calls = [_chat_call("call_0", "buy", arguments)]
+    message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None, "tool_calls": calls}
+    return 200, chat_completion(message, "tool_calls"), {}
+
+
+@pytest.fixture
+def server() -> Iterator[ProviderServer]:
+    running = ProviderServer().start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_agents_sdk_two_purchases_with_reused_call_ids_are_two_charges(
+    tmp_path: Path, server: ProviderServer, api: str
+) -> None:
+    from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, function_tool, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    server.responder = responses_reusing_call_0 if api == "responses" else chat_reusing_call_0
+    shop = Shop()
+
+    @function_tool
+    def buy(item: str) -> str:
+        """Charge the card for an item (not idempotent)."""
+        return shop.charge(item, current_call().idempotency_key)
+
+    client = AsyncOpenAI(base_url=server.url + "/v1", api_key="test-key", max_retries=0)
+    model: Any = (OpenAIResponsesModel if api == "responses" else OpenAIChatCompletionsModel)("gpt-test", client)
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    session = UnbrokenSession("shopper", store)
+    agent = durable(Agent(name="clerk", tools=[buy], model=model), session, effects={"buy": "side_effect"})
+
+    async def shop_twice() -> list[str]:
+        return [str((await run_durably(agent, task, session=session)).final_output) for task in PURCHASES]
+
+    outputs = asyncio.run(shop_twice())
+    store.close()
+
+    assert [item for item, _ in shop.charges] == ["lamp", "chair"]
+    assert len({key for _, key in shop.charges}) == 2
+    assert outputs == ["Done: charged for lamp (charge 1)", "Done: charged for chair (charge 2)"]
