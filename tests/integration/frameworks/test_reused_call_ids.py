@@ -52,12 +52,12 @@ def chat_reusing_call_0(path: str, body: dict[str, Any]) -> Reply:
     """Chat Completions: the same, with ``tool_calls`` and ``tool`` messages."""
     last = body["messages"][-1]
     if last["role"] == "tool":
-        message = {"role": "assistant", "content": f"Done: {last['content']}", "refusal": None}
-        return 200, chat_completion(message, "stop"), {}
+        final = {"role": "assistant", "content": f"Done: {last['content']}", "refusal": None}
+        return 200, chat_completion(final, "stop"), {}
     arguments = json.dumps({"item": wanted_item(last["content"])})
     calls = [_chat_call("call_0", "buy", arguments)]
-    message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None, "tool_calls": calls}
-    return 200, chat_completion(message, "tool_calls"), {}
+    asking: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None, "tool_calls": calls}
+    return 200, chat_completion(asking, "tool_calls"), {}
 
 
 @pytest.fixture
