@@ -31,8 +31,14 @@ class Shop:
         return f"charged for {item} (charge {len(self.charges)})"
 
 
-def wanted_item(text: str) -> str:
-    return text.removeprefix("Buy a ").strip()
+def buy_call(text: str) -> tuple[str, str]:
+    """The call the model makes for "Buy a lamp": ``buy`` with ``{"item": "lamp"}``."""
+    return "buy", json.dumps({"item": text.removeprefix("Buy a ").strip()})
+
+
+def payment_call(text: str) -> tuple[str, str]:
+    """The call for the MCP server's ``send_payment``: the item is the account paid."""
+    return "send_payment", json.dumps({"account": text.removeprefix("Buy a ").strip(), "amount": 40})
 
 
 def responses_reusing_call_0(path: str, body: dict[str, Any]) -> Reply:
@@ -44,18 +50,17 @@ def responses_reusing_call_0(path: str, body: dict[str, Any]) -> Reply:
                    "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
         return 200, response_body([message]), {}
     content = last["content"] if isinstance(last["content"], str) else last["content"][0]["text"]
-    arguments = json.dumps({"item": wanted_item(content)})
-    return 200, response_body([_function_call("fc_0", "call_0", "buy", arguments)]), {}
+    return 200, response_body([_function_call("fc_0", "call_0", *buy_call(content))]), {}
 
 
-def chat_reusing_call_0(path: str, body: dict[str, Any]) -> Reply:
+def chat_reusing_call_0(path: str, body: dict[str, Any], make_call: Any = buy_call) -> Reply:
     """Chat Completions: the same, with ``tool_calls`` and ``tool`` messages."""
     last = body["messages"][-1]
     if last["role"] == "tool":
         final = {"role": "assistant", "content": f"Done: {last['content']}", "refusal": None}
         return 200, chat_completion(final, "stop"), {}
-    arguments = json.dumps({"item": wanted_item(last["content"])})
-    calls = [_chat_call("call_0", "buy", arguments)]
+    content = last["content"] if isinstance(last["content"], str) else last["content"][0]["text"]
+    calls = [_chat_call("call_0", *make_call(content))]
     asking: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None, "tool_calls": calls}
     return 200, chat_completion(asking, "tool_calls"), {}
 
@@ -100,3 +105,30 @@ def test_agents_sdk_two_purchases_with_reused_call_ids_are_two_charges(
     assert [item for item, _ in shop.charges] == ["lamp", "chair"]
     assert len({key for _, key in shop.charges}) == 2
     assert outputs == ["Done: charged for lamp (charge 1)", "Done: charged for chair (charge 2)"]
+
+
+def test_mcp_tools_two_purchases_with_reused_call_ids_are_two_charges(tmp_path: Path, server: ProviderServer) -> None:
+    """An unbroken agent on the Chat Completions adapter, its tools from a real MCP server over
+    stdio: the engine keys each call by its occurrence, and the server gets two payments, each
+    with its own idempotency key, each answered with its own receipt."""
+    from crash_helpers import effects
+    from mcp_agent_child import stdio_server
+    from provider_agents import build_model
+
+    from unbroken import Agent
+    from unbroken.integrations.mcp import MCPTools
+
+    server.responder = lambda path, body: chat_reusing_call_0(path, body, payment_call)
+    state = tmp_path / "state"
+    state.mkdir()
+    with (
+        MCPTools(stdio_server(str(state)), include=["send_payment"]) as connection,
+        open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store,
+    ):
+        agent = Agent(model=build_model("openai-chat", server.url), tools=connection.tools, store=store)
+        outputs = [agent.send("shopper", task).output for task in PURCHASES]
+
+    paid = effects(state)
+    assert [(e["account"], e["amount"]) for e in paid] == [("lamp", 40), ("chair", 40)]
+    assert len({e["key"] for e in paid}) == 2
+    assert outputs == [f"Done: sent 40 to {e['account']} (receipt {e['key']})" for e in paid]
