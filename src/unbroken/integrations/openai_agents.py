@@ -37,11 +37,12 @@ from openai.types.responses import ResponseOutputItem
 from pydantic import TypeAdapter
 
 from ..codec import canonical_hash
-from ..errors import ConfigError, IdempotencyConflict, TaskMismatch
-from ..ledger import EffectLedger, unknown_result
-from ..state import EFFECTS, Effect, JSONValue, ToolCall, ToolResult, idempotency_key, occurrence_key
+from ..errors import ConfigError, TaskMismatch
+from ..ledger import EffectLedger
+from ..state import EFFECTS, Effect, JSONValue, ToolCall, idempotency_key, occurrence_key
 from ..stores.base import Store
-from ..tools import Found, NotExecuted, Probe
+from ..tools import Probe
+from . import _effects
 from ._runlog import RunLog, log_id
 
 LOG_PREFIX = "oai-session."
@@ -220,51 +221,18 @@ async def _settle(
     probe: Probe | None,
     session: UnbrokenSession,
 ) -> Any:
-    """Reuse, probe, report or run the call, by what the ledger knows (see ``reconcile``)."""
-    call_id = call.id
-    if effect == "read_only":
-        return await original(ctx, arguments)
+    """Reuse, probe, report or run the call, by what the ledger knows (see ``_effects``)."""
     ledger = EffectLedger(session.store, session.run_id)
-    try:
-        claim = ledger.claim(call)
-    except IdempotencyConflict as exc:
-        return str(exc)
-    entry = claim.entry
-    if claim.outcome == "settled":
-        assert entry.result is not None
-        return entry.result.content
-    if claim.outcome == "in_doubt":
-        if effect == "side_effect":
-            answer = _ask(probe, call)
-            if isinstance(answer, Found):
-                content = answer.result if isinstance(answer.result, str) else json.dumps(answer.result)
-                ledger.store.ledger_put(EffectLedger.outcome(entry, ToolResult(call_id, content, how="probed")))
-                return content
-            if not isinstance(answer, NotExecuted):
-                ledger.mark_unknown(entry)
-                return unknown_result(call, answer).content
-        entry = ledger.retry(entry)
+    decided = _effects.before(ledger, call, effect, probe)
+    if isinstance(decided, _effects.Answered):
+        return decided.content
     try:
         value = await original(ctx, arguments)
     except BaseException:
-        ledger.mark_unknown(entry)  # it may have acted before raising
+        _effects.interrupted(ledger, decided)
         raise
-    content = value if isinstance(value, str) else _text_of(value)
-    ledger.store.ledger_put(EffectLedger.outcome(entry, ToolResult(call_id, content)))
+    _effects.after(ledger, decided, call, value if isinstance(value, str) else _text_of(value))
     return value
-
-
-def _ask(probe: Probe | None, call: ToolCall) -> Found | NotExecuted | str:
-    """The probe's answer, or why there is none (the reason text of an unknown outcome)."""
-    if probe is None:
-        return "the tool has no probe"
-    try:
-        answer = probe(call)
-    except Exception as exc:  # a failing probe is no evidence either way
-        return f"the probe raised {type(exc).__name__}: {exc}"
-    if isinstance(answer, (Found, NotExecuted)):
-        return answer
-    return getattr(answer, "reason", "") or "the probe could not tell"
 
 
 def _text_of(value: Any) -> str:
