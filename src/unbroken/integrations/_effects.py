@@ -15,13 +15,26 @@ never the provider's id alone: servers reuse ids (``call_0``) across answers.
 
 from __future__ import annotations
 
+import contextvars
 import json
 from dataclasses import dataclass
 
-from ..errors import IdempotencyConflict
+from ..errors import ConfigError, IdempotencyConflict
 from ..ledger import EffectLedger, unknown_result
 from ..state import Effect, LedgerEntry, ToolCall, ToolResult
 from ..tools import Found, NotExecuted, Probe
+
+CURRENT_CALL: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar("unbroken_current_call", default=None)
+
+
+def current_call() -> ToolCall:
+    """Inside a tool run through an integration's durable wrapper: the call being run, with its
+    ``idempotency_key`` (pass it to the service you call so that a repeat is harmless, or find
+    the effect in a probe)."""
+    call = CURRENT_CALL.get()
+    if call is None:
+        raise ConfigError("current_call() is only available inside a tool run through unbroken's durable wrapper")
+    return call
 
 
 @dataclass(frozen=True)
@@ -60,10 +73,12 @@ def before(ledger: EffectLedger, call: ToolCall, effect: Effect, probe: Probe | 
     return entry
 
 
-def after(ledger: EffectLedger, entry: LedgerEntry | None, call: ToolCall, content: str) -> None:
+def after(
+    ledger: EffectLedger, entry: LedgerEntry | None, call: ToolCall, content: str, is_error: bool = False
+) -> None:
     """Record the tool's outcome (durable when it returns); nothing for a read_only call."""
     if entry is not None:
-        ledger.store.ledger_put(EffectLedger.outcome(entry, ToolResult(call.id, content)))
+        ledger.store.ledger_put(EffectLedger.outcome(entry, ToolResult(call.id, content, is_error)))
 
 
 def interrupted(ledger: EffectLedger, entry: LedgerEntry | None) -> None:
