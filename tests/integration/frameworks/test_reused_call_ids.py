@@ -140,53 +140,14 @@ def test_langgraph_tool_node_two_purchases_with_reused_call_ids_are_two_charges(
     """A ToolNode graph checkpointed by ``UnbrokenSaver``, its model node asking the local Chat
     Completions server through the real ``openai`` client, its tools wrapped by
     ``durable_tool_node``: two tasks on one thread, both answered with ``call_0``."""
-    from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
-    from langchain_core.tools import tool
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import tools_condition
-    from openai import OpenAI
-
-    from unbroken.integrations.langgraph import UnbrokenSaver, durable_tool_node
-    from unbroken.integrations.langgraph import current_call as langgraph_call
+    from langchain_core.messages import HumanMessage
+    from langgraph_tools_child import CONFIG, shop_graph
 
     server.responder = chat_reusing_call_0
     shop = Shop()
-    client = OpenAI(base_url=server.url + "/v1", api_key="test-key", max_retries=0)
-
-    @tool
-    def buy(item: str) -> str:
-        """Charge the card for an item (not idempotent)."""
-        return shop.charge(item, langgraph_call().idempotency_key)
-
-    def as_openai(message: AnyMessage) -> dict[str, Any]:
-        if isinstance(message, HumanMessage):
-            return {"role": "user", "content": message.content}
-        if isinstance(message, ToolMessage):
-            return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-        made = getattr(message, "tool_calls", [])
-        calls = [_chat_call(c["id"] or "", c["name"], json.dumps(c["args"])) for c in made]
-        return {"role": "assistant", "content": message.content or None, **({"tool_calls": calls} if calls else {})}
-
-    def model(state: MessagesState) -> dict[str, list[AnyMessage]]:
-        answer = client.chat.completions.create(model="gpt-test", messages=[as_openai(m) for m in state["messages"]])  # type: ignore[misc]
-        reply = answer.choices[0].message
-        calls = [
-            {"id": c.id, "name": c.function.name, "args": json.loads(c.function.arguments)}
-            for c in reply.tool_calls or []
-            if c.type == "function"
-        ]
-        return {"messages": [AIMessage(content=reply.content or "", tool_calls=calls)]}
-
     store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
-    builder = StateGraph(MessagesState)
-    builder.add_node("model", model)
-    builder.add_node("tools", durable_tool_node([buy], store, effects={"buy": "side_effect"}))
-    builder.add_edge(START, "model")
-    builder.add_conditional_edges("model", tools_condition)
-    builder.add_edge("tools", "model")
-    graph = builder.compile(checkpointer=UnbrokenSaver(store))
-    config: Any = {"configurable": {"thread_id": "shopper"}}
-    outputs = [graph.invoke({"messages": [HumanMessage(task)]}, config)["messages"][-1].content for task in PURCHASES]
+    graph = shop_graph(store, server.url, shop.charge)
+    outputs = [graph.invoke({"messages": [HumanMessage(task)]}, CONFIG)["messages"][-1].content for task in PURCHASES]
     ledger = store.ledger_list("langgraph.shopper")
     store.close()
 
@@ -194,3 +155,35 @@ def test_langgraph_tool_node_two_purchases_with_reused_call_ids_are_two_charges(
     assert len({key for _, key in shop.charges}) == 2
     assert sorted(e.key for e in ledger) == sorted(key for _, key in shop.charges)
     assert outputs == ["Done: charged for lamp (charge 1)", "Done: charged for chair (charge 2)"]
+
+
+def test_langgraph_a_purchase_killed_inside_the_tool_keeps_its_key_and_is_not_charged_again(
+    tmp_path: Path, server: ProviderServer
+) -> None:
+    """The key is the call's occurrence, so a fresh process resuming the graph derives the same
+    key: the probe finds the charge the killed process made under it, and nothing is charged
+    twice. The thread's first purchase (also ``call_0``) was settled before, in this process."""
+    from crash_helpers import effects, kill_once_effect_recorded, start
+    from langchain_core.messages import HumanMessage
+    from langgraph_tools_child import CONFIG, charge_found, charging_into, shop_graph
+
+    server.responder = chat_reusing_call_0
+    url, state = f"sqlite:///{tmp_path / 'runs.db'}", tmp_path / "state"
+    state.mkdir()
+    shop = Shop()
+    with open_store(url) as store:
+        shop_graph(store, server.url, shop.charge).invoke({"messages": [HumanMessage(PURCHASES[0])]}, CONFIG)
+    (state / "hang").touch()
+    child = str(Path(__file__).with_name("langgraph_tools_child.py"))
+    killed_in = kill_once_effect_recorded(start([child, url, server.url, str(state), PURCHASES[1]]), state)
+    (state / "hang").unlink()
+
+    with open_store(url) as store:
+        graph = shop_graph(store, server.url, charging_into(state), charge_found(state))
+        output = graph.invoke(None, CONFIG)["messages"][-1].content
+        ledger = {e.key: e.status for e in store.ledger_list("langgraph.shopper")}
+
+    assert [item for item, _ in shop.charges] == ["lamp"]
+    assert [e["item"] for e in effects(state)] == ["chair"]  # charged once, by the killed process
+    assert output == f"Done: charged for chair (receipt {killed_in['key']})"
+    assert ledger == {shop.charges[0][1]: "succeeded", killed_in["key"]: "succeeded"}
