@@ -187,3 +187,21 @@ def test_langgraph_a_purchase_killed_inside_the_tool_keeps_its_key_and_is_not_ch
     assert [e["item"] for e in effects(state)] == ["chair"]  # charged once, by the killed process
     assert output == f"Done: charged for chair (receipt {killed_in['key']})"
     assert ledger == {shop.charges[0][1]: "succeeded", killed_in["key"]: "succeeded"}
+
+
+def test_agents_sdk_an_answer_saved_before_answers_were_numbered_keeps_its_old_key(tmp_path: Path) -> None:
+    """A run interrupted across the upgrade: its saved answer has no number, and its calls keep
+    the key they were claimed under (run and call id), so the resumed call finds its entry."""
+    from unbroken.errors import ConfigError
+    from unbroken.integrations.openai_agents import call_key
+    from unbroken.state import idempotency_key, occurrence_key
+
+    item = _function_call("fc_0", "call_0", "buy", '{"item": "lamp"}')
+    with open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
+        session = UnbrokenSession("shopper", store)
+        session._set_head(model_answer={"request": "r", "response": {"output": [item]}})
+        assert call_key(session, "call_0", "buy", '{"item": "lamp"}') == idempotency_key(session.run_id, "call_0")
+        session._set_head(model_answer={"request": "r", "response": {"output": [item]}, "number": 3}, answers=3)
+        assert call_key(session, "call_0", "buy", '{"item": "lamp"}') == occurrence_key(session.run_id, 3, 0, "call_0")
+        with pytest.raises(ConfigError, match="not in the model answer"):
+            call_key(session, "call_0", "buy", '{"item": "chair"}')
