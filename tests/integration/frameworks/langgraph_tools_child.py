@@ -108,4 +108,4 @@ if __name__ == "__main__":
     store_url, provider_url, state_dir, task = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
     with open_store(store_url) as opened:
         graph = shop_graph(opened, provider_url, charging_into(state_dir), charge_found(state_dir))
-        graph.invoke({"messages": [HumanMessage(task)]}, CONFIG)
+        graph.invoke({"messages": [HumanMessage(task)]}, CONFIG, durability="sync")
