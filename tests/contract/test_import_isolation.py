@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from test_store_contract import BACKENDS, Backend
 
-from unbroken import Agent, Found, ScriptedModel, Store, ToolCall, tool
+from unbroken import Agent, CorruptCheckpoint, Found, ScriptedModel, Store, ToolCall, open_store, tool
 from unbroken.importing import import_run
+from unbroken.stores.backend import SealedEntry
+from unbroken.testing.contract import ledger_entry
 
 KEY = "refund-order-7"
 """The key the practice article's harness gave its pending refund: both checkpoints carry it."""
@@ -71,3 +73,13 @@ def test_an_import_reusing_another_runs_key_leaves_that_runs_ledger_and_resume_i
         "victim": ("succeeded", "refund of order 7 exists"),
         "intruder": ("succeeded", "refund of order 8 exists"),
     }
+
+
+def test_a_claim_answered_with_another_runs_entry_is_corrupt_and_never_used() -> None:
+    """If a backend ever hands a claim another run's entry (a damaged or edited store), the claim
+    fails with ``CorruptCheckpoint`` naming both runs; the entry is never taken as this run's."""
+    foreign = SealedEntry(ledger_entry("run-foreign", key="k"), None)
+    with open_store("memory://") as store:
+        store.insert_entry = lambda sealed, *, fence: foreign  # type: ignore[method-assign]
+        with pytest.raises(CorruptCheckpoint, match="run-foreign"):
+            store.ledger_claim(ledger_entry("run-mine", key="k"))

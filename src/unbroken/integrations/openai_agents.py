@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import copy
 import json
 from collections.abc import Awaitable, Callable, Mapping
@@ -46,16 +45,7 @@ from . import _effects
 from ._runlog import RunLog, log_id
 
 LOG_PREFIX = "oai-session."
-_CURRENT_CALL: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar("unbroken_current_call", default=None)
-
-
-def current_call() -> ToolCall:
-    """Inside a durable function tool: the call being run, with its ``idempotency_key`` (pass
-    it to the service you call so that a repeat is harmless, or find the effect in a probe)."""
-    call = _CURRENT_CALL.get()
-    if call is None:
-        raise ConfigError("current_call() is only available inside a tool of an agent made with durable()")
-    return call
+current_call = _effects.current_call
 
 
 _OUTPUT_ITEMS: TypeAdapter[ResponseOutputItem] = TypeAdapter(ResponseOutputItem)
@@ -181,11 +171,11 @@ def _durable_invoke(
             input=parsed if isinstance(parsed, dict) else {"arguments": arguments},
             idempotency_key=call_key(session, call_id, name, arguments),
         )
-        token = _CURRENT_CALL.set(call)
+        token = _effects.CURRENT_CALL.set(call)
         try:
             return await _settle(original, ctx, arguments, call, effect, probe, session)
         finally:
-            _CURRENT_CALL.reset(token)
+            _effects.CURRENT_CALL.reset(token)
 
     return invoke
 

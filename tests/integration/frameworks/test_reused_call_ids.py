@@ -132,3 +132,76 @@ def test_mcp_tools_two_purchases_with_reused_call_ids_are_two_charges(tmp_path: 
     assert [(e["account"], e["amount"]) for e in paid] == [("lamp", 40), ("chair", 40)]
     assert len({e["key"] for e in paid}) == 2
     assert outputs == [f"Done: sent 40 to {e['account']} (receipt {e['key']})" for e in paid]
+
+
+def test_langgraph_tool_node_two_purchases_with_reused_call_ids_are_two_charges(
+    tmp_path: Path, server: ProviderServer
+) -> None:
+    """A ToolNode graph checkpointed by ``UnbrokenSaver``, its model node asking the local Chat
+    Completions server through the real ``openai`` client, its tools wrapped by
+    ``durable_tool_node``: two tasks on one thread, both answered with ``call_0``."""
+    from langchain_core.messages import HumanMessage
+    from langgraph_tools_child import CONFIG, shop_graph
+
+    server.responder = chat_reusing_call_0
+    shop = Shop()
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    graph = shop_graph(store, server.url, shop.charge)
+    outputs = [graph.invoke({"messages": [HumanMessage(task)]}, CONFIG)["messages"][-1].content for task in PURCHASES]
+    ledger = store.ledger_list("langgraph.shopper")
+    store.close()
+
+    assert [item for item, _ in shop.charges] == ["lamp", "chair"]
+    assert len({key for _, key in shop.charges}) == 2
+    assert sorted(e.key for e in ledger) == sorted(key for _, key in shop.charges)
+    assert outputs == ["Done: charged for lamp (charge 1)", "Done: charged for chair (charge 2)"]
+
+
+def test_langgraph_a_purchase_killed_inside_the_tool_keeps_its_key_and_is_not_charged_again(
+    tmp_path: Path, server: ProviderServer
+) -> None:
+    """The key is the call's occurrence, so a fresh process resuming the graph derives the same
+    key: the probe finds the charge the killed process made under it, and nothing is charged
+    twice. The thread's first purchase (also ``call_0``) was settled before, in this process."""
+    from crash_helpers import effects, kill_once_effect_recorded, start
+    from langchain_core.messages import HumanMessage
+    from langgraph_tools_child import CONFIG, charge_found, charging_into, shop_graph
+
+    server.responder = chat_reusing_call_0
+    url, state = f"sqlite:///{tmp_path / 'runs.db'}", tmp_path / "state"
+    state.mkdir()
+    shop = Shop()
+    with open_store(url) as store:
+        shop_graph(store, server.url, shop.charge).invoke({"messages": [HumanMessage(PURCHASES[0])]}, CONFIG)
+    (state / "hang").touch()
+    child = str(Path(__file__).with_name("langgraph_tools_child.py"))
+    killed_in = kill_once_effect_recorded(start([child, url, server.url, str(state), PURCHASES[1]]), state)
+    (state / "hang").unlink()
+
+    with open_store(url) as store:
+        graph = shop_graph(store, server.url, charging_into(state), charge_found(state))
+        output = graph.invoke(None, CONFIG)["messages"][-1].content
+        ledger = {e.key: e.status for e in store.ledger_list("langgraph.shopper")}
+
+    assert [item for item, _ in shop.charges] == ["lamp"]
+    assert [e["item"] for e in effects(state)] == ["chair"]  # charged once, by the killed process
+    assert output == f"Done: charged for chair (receipt {killed_in['key']})"
+    assert ledger == {shop.charges[0][1]: "succeeded", killed_in["key"]: "succeeded"}
+
+
+def test_agents_sdk_an_answer_saved_before_answers_were_numbered_keeps_its_old_key(tmp_path: Path) -> None:
+    """A run interrupted across the upgrade: its saved answer has no number, and its calls keep
+    the key they were claimed under (run and call id), so the resumed call finds its entry."""
+    from unbroken.errors import ConfigError
+    from unbroken.integrations.openai_agents import call_key
+    from unbroken.state import idempotency_key, occurrence_key
+
+    item = _function_call("fc_0", "call_0", "buy", '{"item": "lamp"}')
+    with open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
+        session = UnbrokenSession("shopper", store)
+        session._set_head(model_answer={"request": "r", "response": {"output": [item]}})
+        assert call_key(session, "call_0", "buy", '{"item": "lamp"}') == idempotency_key(session.run_id, "call_0")
+        session._set_head(model_answer={"request": "r", "response": {"output": [item]}, "number": 3}, answers=3)
+        assert call_key(session, "call_0", "buy", '{"item": "lamp"}') == occurrence_key(session.run_id, 3, 0, "call_0")
+        with pytest.raises(ConfigError, match="not in the model answer"):
+            call_key(session, "call_0", "buy", '{"item": "chair"}')

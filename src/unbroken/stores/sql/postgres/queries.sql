@@ -203,3 +203,7 @@ UPDATE unbroken_runs AS r
   FROM picked
  WHERE r.run_id = picked.run_id
 RETURNING r.run_id, r.task, r.agent, r.fence, extract(epoch FROM r.lease_expires)::double precision
+
+-- name: server_durability
+-- What an acknowledged save depends on (checked at open and at every lease acquisition).
+SELECT current_setting('fsync'), current_setting('synchronous_commit');
