@@ -21,6 +21,7 @@ pauses for a person, or the run fails.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from dataclasses import dataclass, replace
@@ -117,14 +118,24 @@ def unbindable(tool: Tool, call: ToolCall) -> str | None:
     signature changed since the call was saved, or the model got it wrong); None when they fit.
     Decided before anything is claimed or run: a call that cannot bind is a mistake, not a crash."""
     try:
-        signature = inspect.signature(tool.fn)
-    except (TypeError, ValueError):
+        signature = _signature(tool.fn)
+    except TypeError:  # an unhashable callable: read each time
+        signature = _signature.__wrapped__(tool.fn)
+    if signature is None:
         return None  # not introspectable (a builtin): let the call say
     try:
         signature.bind(**tool.arguments(call, {}))
     except TypeError as exc:
         return f"its arguments do not fit the signature of tool {call.name!r} as defined now ({exc})"
     return None
+
+
+@functools.lru_cache(maxsize=256)  # a tool's function is read once, not at every call
+def _signature(fn: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
 
 
 def _not_runnable(
