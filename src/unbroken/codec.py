@@ -502,11 +502,17 @@ def with_account(body: str, account: dict[str, JSONValue]) -> str:
 # --------------------------------------------------------------------------- version 2 pending calls
 
 _SNAPSHOT_TRUE = '"snapshot":true,'
-_OPTIONAL_FIELDS = ("approvals", "conversation", "history_checked", "resumes")
-"""The small fields ``RunState.small_fields`` leaves out when unset (tests/unit/test_codec_v2.py
-checks this list)."""
 _NO_TEXTS: dict[str, str] = {}  # the saved texts before a first save: every field is new
-_KEY_TEXTS = {key: f"{_encode_str(key)}:" for key in (*RunState(run_id="-", task="").small_fields(), *_OPTIONAL_FIELDS)}
+_KEY_TEXTS = {
+    key: f"{_encode_str(key)}:"
+    for key in (
+        *RunState(run_id="-", task="").small_fields(),
+        "approvals",
+        "conversation",
+        "history_checked",
+        "resumes",
+    )
+}
 _CALL_KEYS = ("id", "name", "input")
 
 
@@ -580,6 +586,11 @@ def _try_path(messages: list[JSONValue], call: ToolCall, path: list[int | str]) 
 def _same_text(a: object, b: object) -> bool:
     first = _json_bytes(a)
     return first is not None and first == _json_bytes(b)
+
+
+_OPTIONAL_FIELDS = ("approvals", "conversation", "history_checked", "resumes")
+"""The small fields ``RunState.small_fields`` leaves out when unset (tests/unit/test_codec_v2.py
+checks this list)."""
 
 
 def _field_went_away(previous: dict[str, str], texts: dict[str, str]) -> bool:
