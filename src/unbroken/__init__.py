@@ -35,6 +35,7 @@ from .errors import (
     TaskMismatch,
     ToolDefinitionError,
     UnbrokenError,
+    UnloadableState,
     Unsupported,
 )
 from .fencing import LeaseGuard, current_lease
@@ -101,6 +102,7 @@ __all__ = [
     "ToolSpec",
     "UnbrokenError",
     "Unknown",
+    "UnloadableState",
     "Unsupported",
     "__version__",
     "current_lease",
