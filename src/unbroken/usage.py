@@ -33,11 +33,12 @@ MAX_USAGE_DEPTH = 8
 def token_count(value: object) -> int | None:
     """``value`` as a token count (an int from 0 to 2**53-1, or a float with such an integer
     value), or None if it is not one (a bool, a negative, a string, 2**70, NaN...)."""
-    kind = type(value)
-    if kind is int:
-        return value if 0 <= value <= MAX_COUNT else None  # type: ignore[return-value,operator]
-    if kind is float and math.isfinite(value) and value.is_integer() and 0 <= value <= MAX_COUNT:  # type: ignore[attr-defined,operator]
-        return int(value)  # type: ignore[call-overload]
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value <= MAX_COUNT else None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and 0 <= value <= MAX_COUNT:
+        return int(value)
     return None
 
 
@@ -95,8 +96,8 @@ def _refused(key: str, value: object, depth: int) -> str | None:
 
 
 def _shown(value: object) -> str:
-    if type(value) is int and not -(2**64) < value < 2**64:  # type: ignore[operator]
-        return f"an integer of {value.bit_length()} bits"  # type: ignore[attr-defined]
+    if isinstance(value, int) and not -(2**64) < value < 2**64:
+        return f"an integer of {value.bit_length()} bits"
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
