@@ -197,6 +197,71 @@ def accept_fields(fields: dict[str, JSONValue]) -> None:
     """Raise ``ValueError`` naming the field unless ``fields`` (the small fields of a state, with
     ``save_seq`` and ``message_count``) make a state every load accepts. Called by the encoder on
     what it is about to write and by every reader on what it folded."""
+    if _fields_intact(fields):
+        return
+    _explain_fields(fields)
+    raise ValueError("fields are not a state")  # (unreachable while the two paths agree)
+
+
+_PHASES = frozenset(PHASES)
+_NUMBERS = (int, float)
+
+
+def _fields_intact(fields: dict[str, Any]) -> bool:
+    """The rules of ``_explain_fields`` for a valid state, in one expression (every save runs it)."""
+    get = fields.get
+    calls = get("pending_calls", ())  # (absent: the empty tuple, which no JSON value equals)
+    return (
+        type(n := get("schema_version")) is int
+        and 0 <= n <= MAX_COUNT
+        and type(n := get("save_seq")) is int
+        and 0 <= n <= MAX_COUNT
+        and type(n := get("turns")) is int
+        and 0 <= n <= MAX_COUNT
+        and type(n := get("tokens_used")) is int
+        and 0 <= n <= MAX_COUNT
+        and type(n := get("business_state_version", 0)) is int
+        and 0 <= n <= MAX_COUNT
+        and type(n := get("summary_upto", 0)) is int
+        and 0 <= n <= MAX_COUNT
+        and type(count := get("message_count")) is int
+        and 0 <= count <= MAX_COUNT
+        and type(n := get("history_checked", 0)) is int
+        and 0 <= n <= count
+        and type(phase := get("phase")) is str
+        and phase in _PHASES
+        and type(get("run_id")) is str
+        and type(get("task")) is str
+        and type(get("business_state", _EMPTY)) is dict
+        and type(get("results", _EMPTY)) is dict
+        and type(get("usage", _EMPTY)) is dict
+        and type(get("created_at")) in _NUMBERS
+        and type(get("updated_at")) in _NUMBERS
+        and (calls == () or (type(calls) is list and (not calls or _calls_intact(calls))))
+    )
+
+
+_EMPTY: dict[str, Any] = {}
+
+
+def _calls_intact(calls: list[Any]) -> bool:
+    keys = set()
+    for call in calls:
+        if not (
+            type(call) is dict
+            and type(call.get("id")) is str
+            and type(call.get("name")) is str
+            and type(call.get("input")) is dict
+            and type(call.get("idempotency_key")) is str
+            and (call.get("error") is None or type(call["error"]) is str)
+        ):
+            return False
+        keys.add(call["idempotency_key"])
+    return len(keys) == len(calls)
+
+
+def _explain_fields(fields: dict[str, JSONValue]) -> None:
+    """Raise ``ValueError`` naming the first field that breaks the rules (the careful path)."""
     for name in REQUIRED_FIELDS:
         if name not in fields:
             raise ValueError(f"fields missing: {', '.join(n for n in REQUIRED_FIELDS if n not in fields)}")
