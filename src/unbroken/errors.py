@@ -75,6 +75,7 @@ class NotJSONValue(StateError):
         self.path = path
         kind = type(value).__name__
         reason = why or f"a {kind} is not JSON"
+        self.why = reason
         super().__init__(
             f"{path}: {reason}. Only dict (str keys), list, str, int, finite float, bool and None "
             "can be saved; store a descriptor (an id, a URL, a path) instead of a live object."

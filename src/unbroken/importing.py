@@ -118,7 +118,7 @@ def _check_document(document: dict[str, Any], where: str, shape: str) -> None:
         try:
             ensure_json(value, str(key))
         except NotJSONValue as exc:
-            raise ConfigError(f"cannot import {where}: {exc}") from None
+            raise ConfigError(f"cannot import {where}: {exc.path}: {exc.why}") from None
     name, known = ("version", TEXTBOOK_VERSIONS) if shape == "textbook" else ("schema_version", ARTICLE_SCHEMA_VERSIONS)
     version = document.get(name, known[0])
     if type(version) is not int or version < 1:

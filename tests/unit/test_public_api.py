@@ -14,8 +14,8 @@ PUBLIC = {
     "MissingStoreFeature", "Model", "ModelCallFailed", "ModelTurn", "NotExecuted", "NotJSONValue", "ProposedCall",
     "RecordTooLarge", "RunNotFound", "RunQueued", "RunResult", "RunState", "RunSummary", "SCHEMA_VERSION",
     "SaveInfo", "ScriptedModel", "StateError", "Store", "StoreError", "StoreUnavailable", "TaskMismatch", "Tool",
-    "ToolCall", "ToolDefinitionError", "ToolResult", "ToolSpec", "UnbrokenError", "Unknown", "UnloadableState", "Unsupported",
-    "__version__", "current_lease", "effect_from_mcp", "open_store", "resolve_call", "resource", "tool"
+    "ToolCall", "ToolDefinitionError", "ToolResult", "ToolSpec", "UnbrokenError", "Unknown", "UnloadableState",
+    "Unsupported", "__version__", "current_lease", "effect_from_mcp", "open_store", "resolve_call", "resource", "tool"
 }  # fmt: skip
 
 
