@@ -216,10 +216,18 @@ def base_documents() -> list[dict[str, Any]]:
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     which=st.integers(0, 2),
-    picks=st.lists(st.tuples(st.integers(0, 10_000), VALUES), min_size=1, max_size=3),
+    picks=st.lists(st.tuples(st.integers(0, 10_000), VALUES), max_size=3),
+    top=st.dictionaries(
+        st.sampled_from(["turns", "tokensUsed", "step_id", "schema_version", "version"]),
+        st.sampled_from([-1, 2**53, 2**63, 2**64, 2**70, 10**5000]) | st.integers(-(2**80), 2**80) | VALUES,
+        max_size=2,
+    ),
 )
-def test_what_import_accepts_every_load_accepts_and_reads_back(which: int, picks: list[tuple[int, Any]]) -> None:
+def test_what_import_accepts_every_load_accepts_and_reads_back(
+    which: int, picks: list[tuple[int, Any]], top: dict[str, Any]
+) -> None:
     document = copy.deepcopy(base_documents()[which])
+    document.update((key, value) for key, value in top.items() if key in document)
     for choice, value in picks:
         spots = places(document)[1:]
         path = spots[choice % len(spots)]
