@@ -417,6 +417,10 @@ class Encoder:
         except (TypeError, ValueError, RecursionError):
             for index, message in enumerate(new_messages, start=self._saved_messages):
                 ensure_json(message, f"messages[{index}]")
+                try:
+                    _dumps(message)
+                except (TypeError, ValueError, RecursionError) as exc:  # e.g. a lone surrogate in a str
+                    raise NotJSONValue(f"messages[{index}]", message, f"it cannot be encoded ({exc})") from None
             raise NotJSONValue(
                 f"messages[{self._saved_messages}:]", new_messages, "they cannot be encoded as JSON"
             ) from None
@@ -439,6 +443,13 @@ class Encoder:
                 f'"snapshot":{"true" if snapshot else "false"},"msg_start":{self._saved_messages},'
                 f'"messages":{messages_text},"fields":{{{fields_text}}}}}'
             )
+        try:
+            check = checksum(body)
+        except UnicodeEncodeError:  # a lone surrogate in a str field: no UTF-8 record can hold it
+            raise UnloadableState(
+                f"save {state.save_seq} of run {state.run_id!r} was refused before it was written: it holds "
+                "text that is not Unicode (a lone surrogate); nothing was saved"
+            ) from None
         self._pending = texts
         # Made at every save: filling the frozen dataclass's __dict__ at once (as summary_of
         # does) makes the same object as EncodedSave(...), without a setattr per field.
@@ -448,7 +459,7 @@ class Encoder:
             seq=state.save_seq,
             label=label,
             body=body,
-            checksum=checksum(body),
+            checksum=check,
             snapshot=snapshot,
             summary=summary_of(state),
             ledger=tuple(ledger),

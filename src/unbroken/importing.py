@@ -119,6 +119,8 @@ def _check_document(document: dict[str, Any], where: str, shape: str) -> None:
             ensure_json(value, str(key))
         except NotJSONValue as exc:
             raise ConfigError(f"cannot import {where}: {exc.path}: {exc.why}") from None
+        if not _encodable(value):
+            raise ConfigError(f"cannot import {where}: {key} holds text that is not Unicode (a lone surrogate)")
     name, known = ("version", TEXTBOOK_VERSIONS) if shape == "textbook" else ("schema_version", ARTICLE_SCHEMA_VERSIONS)
     version = document.get(name, known[0])
     if type(version) is not int or version < 1:
@@ -128,6 +130,16 @@ def _check_document(document: dict[str, Any], where: str, shape: str) -> None:
             f"cannot import {where}: {name} {version} is newer than the {known[-1]} this importer reads; "
             "upgrade unbroken or write the checkpoint in an older version (nothing was written)"
         )
+
+
+def _encodable(value: object) -> bool:
+    """Whether every string in ``value`` is Unicode a UTF-8 record can hold (JSON's ``\\ud800``
+    escapes parse to lone surrogates, which no record can store)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_blocks(messages: list[Any], where: str) -> None:

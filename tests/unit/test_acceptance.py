@@ -22,12 +22,14 @@ from unbroken import (
     Agent,
     IncompatibleSchema,
     ModelTurn,
+    NotJSONValue,
     RunState,
     ScriptedModel,
     Store,
     ToolCall,
     UnloadableState,
     acceptance,
+    codec,
     paging,
     tool,
     usage,
@@ -270,3 +272,13 @@ def test_two_pending_calls_under_one_idempotency_key_are_refused() -> None:
     calls[1]["idempotency_key"] = "k1"
     with pytest.raises(ValueError, match=r"pending_calls\[1\]\.idempotency_key 'k1' is already another call's"):
         acceptance.accept_fields(fields)
+
+
+def test_text_that_is_not_unicode_is_refused_before_it_is_written(sqlite_store: Store) -> None:
+    agent = Agent(model=ScriptedModel([final_turn()]), tools=[], store=sqlite_store)
+    with pytest.raises(NotJSONValue, match=r"messages\[0\]: it cannot be encoded \(str is not valid UTF-8"):
+        agent.run("refund \ud800", run_id="r")  # the task is the first message too
+    assert not sqlite_store.exists("r")
+    state = RunState(run_id="r", task="refund \ud800")  # a str field alone
+    with pytest.raises(UnloadableState, match="not Unicode"):
+        codec.encode_full(state, "start")

@@ -132,6 +132,12 @@ def test_nan_in_business_state_is_refused_naming_its_path(memory: Store) -> None
     assert "business_state.ratio" in refused(memory, article(business_state={"ratio": float("nan")}))
 
 
+def test_text_that_is_not_unicode_is_refused_naming_the_field(memory: Store) -> None:
+    document = textbook(tool_use("toolu_1"))
+    document["task"] = "refund \ud800"  # what json.loads makes of a lone "\\ud800" escape
+    assert "task holds text that is not Unicode" in refused(memory, document)
+
+
 def test_a_future_schema_version_is_incompatible(memory: Store) -> None:
     message = refused(memory, article(schema_version=999), IncompatibleSchema)
     assert "schema_version 999 is newer than the 3 this importer reads" in message
