@@ -51,30 +51,40 @@ def clean_usage(usage: object) -> tuple[dict[str, JSONValue], list[str]]:
     if not isinstance(usage, Mapping):
         notes.append(f"usage: a {type(usage).__name__}, not an object")
         return {}, notes
-    return _clean(usage, "usage", 1, notes), notes
+    kept, cleaned = _clean("usage", usage, "usage", 1, notes)
+    return cleaned if kept and isinstance(cleaned, dict) else {}, notes
 
 
-def _clean(mapping: Mapping[Any, Any], where: str, depth: int, notes: list[str]) -> dict[str, JSONValue]:
-    kept: dict[str, JSONValue] = {}
-    for key, value in mapping.items():
-        path = f"{where}.{key}"
-        if type(key) is not str:
-            notes.append(f"{where}[{key!r}]: a {type(key).__name__} key, not a string")
-            continue
-        why = _refused(key, value, depth)
-        if why is not None:
-            notes.append(f"{path}: {why}")
-        elif isinstance(value, Mapping):
-            kept[key] = _clean(value, path, depth + 1, notes)
-        elif type(value) is list:
-            kept[key] = [_clean(item, f"{path}[{index}]", depth + 1, notes) for index, item in enumerate(value)]
-        else:
-            kept[key] = value
-    return kept
+def _clean(key: str, value: object, path: str, depth: int, notes: list[str]) -> tuple[bool, JSONValue]:
+    """(False, None) with a note if ``value`` (under ``key``, at ``path``) is dropped, else
+    (True, the value with what is dropped inside it taken out)."""
+    why = _refused(key, value, depth)
+    if why is not None:
+        notes.append(f"{path}: {why}")
+        return False, None
+    if isinstance(value, Mapping):
+        kept: dict[str, JSONValue] = {}
+        for name, item in value.items():
+            if type(name) is not str:
+                notes.append(f"{path}[{name!r}]: a {type(name).__name__} key, not a string")
+                continue
+            keep, cleaned = _clean(name, item, f"{path}.{name}", depth + 1, notes)
+            if keep:
+                kept[name] = cleaned
+        return True, kept
+    if type(value) is list:
+        items: list[JSONValue] = []
+        for index, item in enumerate(value):
+            keep, cleaned = _clean(key, item, f"{path}[{index}]", depth + 1, notes)
+            if keep:
+                items.append(cleaned)
+        return True, items
+    return True, value
 
 
 def _refused(key: str, value: object, depth: int) -> str | None:
-    """Why ``value`` (under ``key``) is dropped, or None if it is kept."""
+    """Why ``value`` (under ``key``) is dropped, or None if it is kept (its insides are judged
+    one by one)."""
     kind = type(value)
     if value is None or kind is bool:
         return "a count that is a boolean" if kind is bool and key.endswith("tokens") else None
@@ -87,11 +97,7 @@ def _refused(key: str, value: object, depth: int) -> str | None:
     if kind is str:
         return f"{_shown(value)} is not a count" if key.endswith("tokens") else None
     if isinstance(value, Mapping) or kind is list:
-        if depth >= MAX_USAGE_DEPTH:
-            return f"nesting deeper than {MAX_USAGE_DEPTH} levels"
-        if kind is list and not all(isinstance(item, Mapping) for item in value):  # type: ignore[attr-defined]
-            return "a list of something other than objects"
-        return None
+        return f"nesting deeper than {MAX_USAGE_DEPTH} levels" if depth > MAX_USAGE_DEPTH else None
     return f"a {kind.__name__} is not JSON"
 
 
