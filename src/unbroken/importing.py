@@ -63,8 +63,10 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot import {path}: not JSON ({exc.msg} at line {exc.lineno})") from exc
     except RecursionError:
         raise ConfigError(f"cannot import {path}: nested deeper than a checkpoint can be") from None
-    except ValueError as exc:  # an integer of more than 4,300 digits
-        raise ConfigError(f"cannot import {path}: not a JSON value a checkpoint can hold ({exc})") from None
+    except ValueError:  # the stdlib refuses an integer of more than 4,300 digits
+        raise ConfigError(
+            f"cannot import {path}: it holds a number of more than 4,300 digits, which no checkpoint field can be"
+        ) from None
     if not isinstance(document, dict):
         raise ConfigError(f"cannot import {path}: the file holds a JSON {type(document).__name__}, not an object")
     return document
