@@ -284,8 +284,13 @@ class Store(Backend):
             raise self._refusal(run_id, 0, fence) from None
         if existing is None:
             return replace(entry), True
-        stored = self._checked(run_id, existing)
-        assert stored is not None
+        stored = self._checked(run_id, existing, entry.key)
+        if stored is None:  # the backend answered with an entry of another run or key: never use it
+            raise CorruptCheckpoint(
+                f"effect ledger entry {entry.key!r} of run {run_id!r} is stored as run {existing.entry.run_id!r}'s "
+                f"entry {existing.entry.key!r} (edited or damaged); nothing was changed. Restore it from a backup",
+                last_good_seq=None,
+            )
         return stored, False
 
     def ledger_put(self, entry: LedgerEntry, *, fence: int | None = None) -> None:

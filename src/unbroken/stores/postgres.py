@@ -517,7 +517,7 @@ class PostgresStore(Store):
                 return None
             if not self._fence_is(conn, sealed.entry.run_id, fence):
                 raise Refused
-            row = conn.execute(Q["ledger_get_any"], {"key": sealed.entry.key}).fetchone()
+            row = conn.execute(Q["ledger_get"], {"run_id": sealed.entry.run_id, "key": sealed.entry.key}).fetchone()
             if row is None:
                 raise ConcurrentSave(f"ledger key {sealed.entry.key} vanished while being claimed; try again")
             stored = _sealed(row)
