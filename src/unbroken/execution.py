@@ -162,10 +162,21 @@ async def _in_executor(tool: Tool, call: ToolCall, business_state: dict[str, JSO
 def _start_thread(tool: Tool, work: Callable[[], None]) -> threading.Thread:
     """Run ``work`` (the tool) in a daemon thread of its own, counted by the run's lease guard as
     able to act until it returns (``fencing.keep_acting``): the lease is not released, nor the run
-    taken back by this process, while it may still act, even after its caller gave up on it."""
+    taken back by this process, while it may still act, even after its caller gave up on it.
+
+    A Ctrl-C or a SIGTERM handler's ``sys.exit`` can interrupt ``start()`` itself after the thread
+    began (the caller waits for it to signal that it started): whichever of the two comes first
+    decides, under one lock, whether the tool runs (and the thread stops the count when it ends)
+    or never runs (and the count stops at once)."""
     done = keep_acting(tool.effect)
+    state = ["waiting"]
+    lock = threading.Lock()
 
     def counted() -> None:
+        with lock:
+            if state[0] == "abandoned":
+                return
+            state[0] = "running"
         try:
             work()
         finally:
@@ -175,7 +186,12 @@ def _start_thread(tool: Tool, work: Callable[[], None]) -> threading.Thread:
     try:
         thread.start()
     except BaseException:
-        done()
+        with lock:
+            never_ran = state[0] == "waiting"
+            if never_ran:
+                state[0] = "abandoned"
+        if never_ran:
+            done()
         raise
     return thread
 

@@ -76,8 +76,8 @@ def test_an_interrupted_call_keeps_its_lease_until_its_tool_thread_returns(
     world.wait_charged(1)  # the abandoned tool charges; its thread then releases the lease
     after_thread = world.finish(world.start("third", "--ttl", "1"))
     world.charges_file.with_suffix(".txt.go").touch()
-    world.finish(first)
-    assert world.charges() == 1, (at_once, after_thread)
+    interrupted = world.finish(first)
+    assert world.charges() == 1, (at_once, after_thread, interrupted)
     assert at_once["error"] == "LeaseHeld" and f"(pid {first.pid}, since " in at_once["message"]
     assert after_thread["status"] == "completed", after_thread
     assert after_thread["reconciled"] == [["toolu_charge", "charge", "probed"]]
