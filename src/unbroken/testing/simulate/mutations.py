@@ -1,0 +1,104 @@
+"""Switching existing defences off, one at a time, to show the simulator finds the hole each
+one closes (a checker that cannot fail proves nothing).
+
+``MUTATIONS`` maps a name to a context manager that patches the defence out while it is
+entered. The registry also names defences being built elsewhere whose switch point is not known
+here yet (``PENDING``), with the hole the invariants would show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from ... import fencing, session
+from ...model import ProposedCall
+from ...state import ToolCall, idempotency_key
+from ...stores import base
+
+
+@contextmanager
+def _patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
+    original = owner.__dict__[name]
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def no_lease_check() -> AbstractContextManager[None]:
+    """``fencing.LeaseGuard.acting`` lets the tool run without checking the lease first."""
+
+    @contextmanager
+    def acting(self: fencing.LeaseGuard, effect: str) -> Iterator[fencing.LeaseGuard]:
+        token = fencing._CURRENT.set(self)
+        try:
+            yield self
+        finally:
+            fencing._CURRENT.reset(token)
+
+    return _patched(fencing.LeaseGuard, "acting", acting)
+
+
+def no_grace() -> AbstractContextManager[None]:
+    """``fencing.LeaseGuard.wait_before_trusting_absence`` trusts "not executed" at once."""
+    return _patched(fencing.LeaseGuard, "wait_before_trusting_absence", lambda self: False)
+
+
+@contextmanager
+def no_write_fencing() -> Iterator[None]:
+    """The store's rules drop the fence from every write (``Store.append``, ``ledger_claim``,
+    ``ledger_put``, ``rewrite``): a zombie's write lands when its expected seq still matches."""
+    patches = []
+    for name in ("append", "ledger_claim", "ledger_put", "rewrite"):
+        original = base.Store.__dict__[name]
+
+        def unfenced(self: base.Store, *args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            kwargs["fence"] = None
+            return _original(self, *args, **kwargs)
+
+        patches.append(_patched(base.Store, name, unfenced))
+    for patch in patches:
+        patch.__enter__()
+    try:
+        yield
+    finally:
+        for patch in reversed(patches):
+            patch.__exit__(None, None, None)
+
+
+def calls_keyed_by_id() -> AbstractContextManager[None]:
+    """``session.RunSession.to_tool_call`` keys a call by the provider's id alone (the old key),
+    so a provider reusing ``call_0`` every turn shares one ledger entry across turns."""
+    original = session.RunSession.to_tool_call
+
+    def to_tool_call(self: session.RunSession, proposed: ProposedCall, position: int) -> ToolCall:
+        call = original(self, proposed, position)
+        call.idempotency_key = idempotency_key(self.run_id, proposed.id)
+        return call
+
+    return _patched(session.RunSession, "to_tool_call", to_tool_call)
+
+
+MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
+    "lease_check": no_lease_check,
+    "grace": no_grace,
+    "write_fencing": no_write_fencing,
+    "occurrence_keys": calls_keyed_by_id,
+}
+"""Each switched-off defence, by name."""
+
+PENDING: dict[str, str] = {
+    # TODO(lead): add the switch points when these land on main.
+    "write_time_schema_check": (
+        "a save that would not load is acknowledged; `saves_load` fires when the model's usage holds a value "
+        "the codec refuses to read back"
+    ),
+    "durability_preconditions": (
+        "side effects run on a store that cannot keep the ledger across the faults it meets; `effects_once` "
+        "fires after the store loses its tail"
+    ),
+}
+"""Defences built on other branches: the hole the invariants detect once they can be switched."""

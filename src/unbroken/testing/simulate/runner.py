@@ -1,0 +1,115 @@
+"""Running schedules: one seed, many seeds, replaying a schedule, shrinking a failing one."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from ...stores.base import Store
+from ...stores.memory import InMemoryStore
+from .invariants import Violation, check
+from .schedule import Action, draw
+from .script import draw_script
+from .world import Scenario, World, draw_scenario
+
+StoreFactory = Callable[[], Store]
+"""Makes a fresh, empty store for one schedule (the world closes nothing: the factory's
+store is dropped after the schedule)."""
+
+
+@dataclass
+class Outcome:
+    """One schedule played: its seed, actions, what broke, and the trace of what happened."""
+
+    seed: int
+    actions: list[Action]
+    violations: list[Violation]
+    trace: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.violations)
+
+
+def scenario_and_schedule(seed: int, *, length: int | None = None) -> tuple[Scenario, list[Action]]:
+    """What ``seed`` sets up and does (the same on every machine)."""
+    rng = random.Random(seed)
+    scenario = draw_scenario(rng, draw_script)
+    actions = draw(rng, len(scenario.hosts), length if length is not None else rng.randint(20, 80))
+    return scenario, actions
+
+
+def play(scenario: Scenario, actions: list[Action], store: StoreFactory = InMemoryStore, *, seed: int = 0) -> Outcome:
+    """Play ``actions`` in a fresh world on a fresh store and check every invariant."""
+    backend = store()
+    logger = logging.getLogger("unbroken")
+    was_disabled, logger.disabled = logger.disabled, True  # tools fail on purpose here, thousands of times
+    world = World(scenario, backend)
+    try:
+        world.play(actions)
+        violations = check(world)
+        return Outcome(seed, actions, violations, world.journal.trace)
+    finally:
+        world.close()
+        backend.close()
+        logger.disabled = was_disabled
+
+
+def run_seed(seed: int, store: StoreFactory = InMemoryStore) -> Outcome:
+    scenario, actions = scenario_and_schedule(seed)
+    return play(scenario, actions, store, seed=seed)
+
+
+def shrink(seed: int, outcome: Outcome, store: StoreFactory = InMemoryStore, *, budget: int = 300) -> Outcome:
+    """Drop actions (halves, then smaller chunks, then one at a time) while the schedule still
+    breaks the same invariant; returns the smallest failing schedule found."""
+    scenario, _ = scenario_and_schedule(seed)
+    wanted = {violation.invariant for violation in outcome.violations}
+    best = outcome
+    chunk = max(1, len(best.actions) // 2)
+    while chunk >= 1 and budget > 0:
+        start = 0
+        while start < len(best.actions) and budget > 0:
+            trial = best.actions[:start] + best.actions[start + chunk :]
+            budget -= 1
+            result = play(scenario, trial, store, seed=seed)
+            if wanted & {violation.invariant for violation in result.violations}:
+                best = result
+            else:
+                start += chunk
+        chunk //= 2
+    return best
+
+
+@dataclass
+class Report:
+    """Many seeds played: how many, which failed (shrunk), how long it took."""
+
+    seeds: int = 0
+    failures: list[Outcome] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def simulate(
+    seeds: Iterable[int],
+    store: StoreFactory = InMemoryStore,
+    *,
+    shrink_failures: bool = True,
+    stop_at_first: bool = False,
+) -> Report:
+    """Play the schedule of each seed on a fresh store and check the invariants after each.
+    A failing seed is shrunk to a minimal schedule that still fails (``Outcome.actions``)."""
+    report = Report()
+    for seed in seeds:
+        report.seeds += 1
+        outcome = run_seed(seed, store)
+        if outcome.failed:
+            report.failures.append(shrink(seed, outcome, store) if shrink_failures else outcome)
+            if stop_at_first:
+                break
+    return report
