@@ -63,7 +63,7 @@ def no_stale_acts(world: World) -> list[Violation]:
 
 def fences_unique(world: World) -> list[Violation]:
     """A fence token is handed to one holder only, and never goes down."""
-    found = []
+    found = [Violation("fences_unique", line) for line in world.journal.fence_drops]
     holders: dict[tuple[str, int], str] = {}
     for run_id, fence, owner, process in world.journal.leases:
         other = holders.setdefault((run_id, fence), owner)

@@ -147,7 +147,8 @@ def _zombie(rng: random.Random, processes: int, faults: list[str]) -> list[Actio
     """A process freezes at a point, time passes, another one moves, the first one wakes."""
     process = rng.randrange(processes)
     other = _other(rng, processes, process)
-    actions = [Action("freeze_at", process, 0.0, rng.choice(POINTS)), _steps(rng, process)]
+    point = rng.choice(("step", "step", "in_tool", "in_tool", "after_tool"))
+    actions = [Action("freeze_at", process, 0.0, point), _steps(rng, process)]
     if rng.random() < 0.3:
         actions.append(Action("freeze", process))
     actions.append(Action("advance", process, rng.choice((31.0, 31.0, 45.0, 65.0))))
@@ -173,9 +174,11 @@ def _flaky_store(rng: random.Random, processes: int, faults: list[str]) -> list[
     primitive = "write_record" if fault == "torn" else rng.choice(PRIMITIVES)
     count = rng.randint(1, 4)
     actions = [Action("fault", process, float(count), f"{primitive}:{fault}"), _steps(rng, process)]
-    if fault.startswith("delay"):
-        actions = actions[:1] + [_steps(rng, _other(rng, processes, process)) for _ in range(count)] + actions[1:]
-        actions[1], actions[-1] = actions[-1], actions[1]  # the delayed process moves first
+    if fault.startswith("delay"):  # the delayed process moves first; the others move during its call
+        meanwhile = [_steps(rng, _other(rng, processes, process)) for _ in range(count)]
+        if rng.random() < 0.3:
+            meanwhile[0] = Action("advance", process, rng.choice((11.0, 31.0)))
+        actions += meanwhile
     return actions
 
 

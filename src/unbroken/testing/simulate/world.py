@@ -60,6 +60,7 @@ class Journal:
     acks: list[Ack] = field(default_factory=list)
     leases: list[tuple[str, int, str, int]] = field(default_factory=list)
     stale_writes: list[str] = field(default_factory=list)
+    fence_drops: list[str] = field(default_factory=list)
     rewritten: set[str] = field(default_factory=set)
     ends: list[str] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
@@ -92,6 +93,7 @@ class World:
             SimProcess(self, index, host, ProcessClock(self._now, self.sleep, f"boot-{host}"))
             for index, host in enumerate(scenario.hosts)
         ]
+        self._fences: dict[str, int] = {}
         self._armed: dict[tuple[int, str], tuple[str, float]] = {}
         self._actions: list[Action] = []
         self._cursor = 0
@@ -232,7 +234,11 @@ class World:
         self.journal.leases.append((run_id, fence, owner, process))
 
     def note_head(self, run_id: str, head: RunHead, process: int) -> None:
-        """A head swap landed (lease taken, renewed, released)."""
+        """A head swap landed (lease taken, renewed, released): its fence never goes down (A4)."""
+        last = self._fences.get(run_id, 0)
+        if head.fence < last:
+            self.journal.fence_drops.append(f"p{process} set the fence of {run_id} back from {last} to {head.fence}")
+        self._fences[run_id] = max(last, head.fence)
 
     def note_save(self, save: EncodedSave, process: int) -> None:
         """A record write applied: by the holder of the run's current fence, or a stale writer."""
