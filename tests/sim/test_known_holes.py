@@ -19,7 +19,7 @@ from unbroken.testing.simulate.world import Scenario
 
 SHIP_ONCE = [
     {
-        "content": [{"type": "tool_use", "id": "call_0", "name": "ship", "input": {"token": "t0-c0"}}],
+        "content": [{"type": "tool_use", "id": "call_0", "name": "pay", "input": {"token": "t0-c0"}}],
         "stop_reason": "tool_use",
         "usage": {"input_tokens": 10, "output_tokens": 5},
     },

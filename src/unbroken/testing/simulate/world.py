@@ -311,6 +311,9 @@ class World:
             self._drain(drain_steps)
 
     def _drain(self, budget: int) -> None:
+        """No more faults: every process is thawed and restarted, and they take turns until
+        every run is finished; then time moves past every deadline (acts still in flight land)
+        and each process still inside a run call moves until that call ends."""
         self._armed.clear()
         for service in self.services.values():
             service.lose_next_reply = False
@@ -333,6 +336,12 @@ class World:
                     break
             else:
                 idle_rounds = 0
+        self.advance(self.scenario.ttl * 3)
+        for process in self.processes:
+            for _ in range(50):
+                if process.driver is None:
+                    break
+                self._run(process)
 
     def close(self) -> None:
         """Once the world is checked: let go of the generators still open (killed or unfinished)."""
