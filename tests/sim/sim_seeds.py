@@ -6,7 +6,7 @@ WITHIN = 120
 """Seeds 0..WITHIN-1: every switched-off defence must be found among them, and the code as it
 is must keep every invariant on all of them but the known holes."""
 
-KNOWN_HOLES: dict[int, str] = {
-    70: "grace not inherited: a zombie's act in flight lands after a later holder trusted 'not executed'",
-}
-"""Seeds whose schedule breaks an invariant on the code as it is (docs/simulation.md, Holes found)."""
+KNOWN_HOLES: dict[int, str] = {}
+"""Seeds among them whose schedule breaks an invariant on the code as it is (docs/simulation.md,
+"Holes found"). None here today; the grace hole shows in about 1 schedule in 300 (seeds 344,
+1158, 1535, 1732, 1775, 1849 of the first 2,000) and is pinned in test_known_holes."""

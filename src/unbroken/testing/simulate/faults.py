@@ -51,10 +51,13 @@ class FaultyStore(Delegating):
         return self._faulted("read_head", lambda: self.inner.read_head(run_id))
 
     def swap_head(self, run_id: str, expected: RunHead | None, new: RunHead) -> bool:
-        done = self._faulted("swap_head", lambda: self.inner.swap_head(run_id, expected, new))
-        if done:
-            self.world.note_head(run_id, new, self.process)
-        return done
+        def swap() -> bool:
+            done = self.inner.swap_head(run_id, expected, new)
+            if done:  # noted as it lands, before any delay of its reply
+                self.world.note_head(run_id, new, self.process)
+            return done
+
+        return self._faulted("swap_head", swap)
 
     def write_record(
         self, save: EncodedSave, entries: Sequence[SealedEntry], *, expect_seq: int, fence: int | None

@@ -194,7 +194,7 @@ def runs_finish(world: World) -> list[Violation]:
     found = []
     for run_id in world.run_ids:
         if not world.finished(run_id):
-            phase = next((s.phase for s in world.store.list_summaries() if s.run_id == run_id), "never saved")
+            phase = world.phase(run_id) or "never saved"
             stuck = f"{run_id} is stuck in phase {phase}; last: {world.journal.trace[-2:]}"
             found.append(Violation("runs_finish", stuck))
     return found

@@ -15,8 +15,9 @@ from .script import draw_script
 from .world import Scenario, World, draw_scenario
 
 StoreFactory = Callable[[], Store]
-"""Makes a fresh, empty store for one schedule (the world closes nothing: the factory's
-store is dropped after the schedule)."""
+"""Gives the store one schedule runs on; it is closed after the schedule. A schedule's runs are
+named after its seed and removed before and after it, so a factory may hand out one shared
+store (a ``Delegating`` view of it, whose ``close`` does nothing)."""
 
 
 @dataclass
@@ -36,7 +37,7 @@ class Outcome:
 def scenario_and_schedule(seed: int, *, length: int | None = None) -> tuple[Scenario, list[Action]]:
     """What ``seed`` sets up and does (the same on every machine)."""
     rng = random.Random(seed)
-    scenario = draw_scenario(rng, draw_script)
+    scenario = draw_scenario(rng, draw_script, f"sim{seed}")
     actions = draw(rng, len(scenario.hosts), length if length is not None else rng.randint(20, 80))
     return scenario, actions
 
@@ -48,11 +49,13 @@ def play(scenario: Scenario, actions: list[Action], store: StoreFactory = InMemo
     was_disabled, logger.disabled = logger.disabled, True  # tools fail on purpose here, thousands of times
     world = World(scenario, backend)
     try:
+        world.remove_runs()
         world.play(actions)
         violations = check(world)
         return Outcome(seed, actions, violations, world.journal.trace)
     finally:
         world.close()
+        world.remove_runs()
         backend.close()
         logger.disabled = was_disabled
 

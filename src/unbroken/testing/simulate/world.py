@@ -19,6 +19,7 @@ from typing import Any
 
 from ... import crashpoints, leases
 from ...codec import EncodedSave
+from ...errors import UnbrokenError
 from ...runner import Agent
 from ...state import TERMINAL_PHASES
 from ...stores.backend import RunHead
@@ -29,6 +30,7 @@ from .schedule import Action
 from .script import make_model
 from .services import make_services, make_tools
 
+STOPPED = TERMINAL_PHASES | {"paused"}
 MAX_NESTING = 2
 """How deep delayed store calls may nest (a delay inside what happens during a delay)."""
 
@@ -41,6 +43,8 @@ class Scenario:
     hosts: tuple[str, ...]
     script: list[dict[str, Any]]
     ttl: float = 30.0
+    name: str = "sim"
+    """Prefix of the run ids (``NAME-run-0``...), so that schedules can share one store."""
 
 
 @dataclass
@@ -79,7 +83,7 @@ class World:
         self.stack: list[SimProcess] = []
         self.journal = Journal()
         self.services = make_services()
-        self.run_ids = [f"sim-run-{index}" for index in range(scenario.runs)]
+        self.run_ids = [f"{scenario.name}-run-{index}" for index in range(scenario.runs)]
         self.tasks = {run_id: f"simulated task of {run_id}" for run_id in self.run_ids}
         self.agent = Agent(
             make_model(scenario.script),
@@ -94,6 +98,7 @@ class World:
             for index, host in enumerate(scenario.hosts)
         ]
         self._fences: dict[str, int] = {}
+        self._phases: dict[str, tuple[int, str | None]] = {}
         self._armed: dict[tuple[int, str], tuple[str, float]] = {}
         self._actions: list[Action] = []
         self._cursor = 0
@@ -262,9 +267,29 @@ class World:
         self.journal.trace.append(f"p{process.index} run call {what}")
         self.journal.ends.append(type(error).__name__ if error is not None else "returned")
 
+    def phase(self, run_id: str) -> str | None:
+        """The run's phase as last saved (None: never saved), read from the store as it is (read
+        again only when the run's head has moved)."""
+        head = self.store.read_head(run_id)
+        seq = head.seq if head is not None else 0
+        known = self._phases.get(run_id)
+        if known is not None and known[0] == seq:
+            return known[1]
+        phase: str | None = None
+        if seq > 0 or self.store.records_after(run_id, 0):
+            try:
+                phase = self.store.load(run_id).phase
+            except UnbrokenError:
+                phase = "damaged"
+        self._phases[run_id] = (seq, phase)
+        return phase
+
     def finished(self, run_id: str) -> bool:
-        summary = next((s for s in self.store.list_summaries() if s.run_id == run_id), None)
-        return summary is not None and (summary.phase in TERMINAL_PHASES or summary.phase == "paused")
+        return self.phase(run_id) in STOPPED
+
+    def remove_runs(self) -> None:
+        for run_id in self.run_ids:
+            self.store.remove_run(run_id)
 
     # ------------------------------------------------------------------ the schedule
 
@@ -365,8 +390,10 @@ class World:
             leases.owner_is_dead = real
 
 
-def draw_scenario(rng: random.Random, script: Callable[[random.Random], list[dict[str, Any]]]) -> Scenario:
+def draw_scenario(
+    rng: random.Random, script: Callable[[random.Random], list[dict[str, Any]]], name: str = "sim"
+) -> Scenario:
     runs = rng.choice((1, 1, 2))
     processes = rng.choice((2, 3, 3))
     hosts = tuple("h0" if index == 0 or rng.random() < 0.6 else "h1" for index in range(processes))
-    return Scenario(runs, hosts, script(rng))
+    return Scenario(runs, hosts, script(rng), name=name)
