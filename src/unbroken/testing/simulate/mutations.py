@@ -20,7 +20,7 @@ from ...stores import base
 
 @contextmanager
 def _patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
-    original = owner.__dict__[name]
+    original = vars(owner)[name]
     setattr(owner, name, replacement)
     try:
         yield
@@ -82,11 +82,34 @@ def calls_keyed_by_id() -> AbstractContextManager[None]:
     return _patched(session.RunSession, "to_tool_call", to_tool_call)
 
 
+@contextmanager
+def naive_usage() -> Iterator[None]:
+    """``session.add_tokens`` and ``session.add_usage`` add whatever the provider reports (as
+    before the simulator found that a negative count saved a run no load accepts)."""
+
+    def add_tokens(total: int, tokens: object) -> int:
+        return total + int(tokens)  # type: ignore[call-overload,no-any-return]
+
+    def add_usage(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+        merged = dict(total)
+        for key, value in usage.items():
+            previous = merged.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                merged[key] = (previous if isinstance(previous, (int, float)) else 0) + value
+            else:
+                merged[key] = value
+        return merged
+
+    with _patched(session, "add_tokens", add_tokens), _patched(session, "add_usage", add_usage):
+        yield
+
+
 MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "lease_check": no_lease_check,
     "grace": no_grace,
     "write_fencing": no_write_fencing,
     "occurrence_keys": calls_keyed_by_id,
+    "usage_guard": naive_usage,
 }
 """Each switched-off defence, by name."""
 

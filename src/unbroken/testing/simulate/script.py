@@ -14,7 +14,7 @@ from typing import Any
 from ...providers.scripted import ScriptedModel
 from .services import TOOL_NAMES
 
-ODD_USAGE: tuple[Any, ...] = (None, "12", 0)
+ODD_USAGE: tuple[Any, ...] = (None, "12", 0, -7, 2**63, 2**70, 1.5, float("nan"))
 """Usage values a provider has been seen to send besides plain counts (see ``draw_script``)."""
 
 

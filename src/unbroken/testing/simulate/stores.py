@@ -28,7 +28,9 @@ def store_factory(spec: str) -> Iterator[StoreFactory]:
         return
     scratch: Path | None = None
     if spec == "sqlite":
-        scratch = Path(tempfile.mkdtemp(prefix="unbroken-simulate-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+        scratch = Path(
+            tempfile.mkdtemp(prefix="unbroken-simulate-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
+        )
         spec = f"sqlite:///{scratch / 'simulate.db'}"
     if "://" in spec:
         shared = open_store(spec)
