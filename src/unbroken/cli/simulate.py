@@ -7,10 +7,14 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ._app import friendly_errors, main
+
+if TYPE_CHECKING:
+    from ..testing.simulate import Outcome
 
 
 @main.command()
@@ -28,8 +32,8 @@ from ._app import friendly_errors, main
     "--backend",
     default="memory",
     show_default=True,
-    help="memory, sqlite, a store URL (postgresql://..., redis://..., s3://...), or module:factory / file.py:factory "
-    "returning a fresh store for each schedule.",
+    help="memory, forgetful (loses data as a cache-like server may), sqlite, a store URL (postgresql://..., "
+    "redis://..., s3://...), or module:factory / file.py:factory returning a fresh store for each schedule.",
 )
 @click.option(
     "--mutations", is_flag=True, help="Print the mutation table: each defence switched off, seeds to find it."
@@ -63,6 +67,8 @@ def simulate(
             for line in outcome.trace:
                 click.echo(f"#   {line}")
             _say_violations(outcome)
+            for violation in outcome.after_loss:
+                click.echo(f"  after the store lost data: {violation}")
             sys.exit(1 if outcome.failed else 0)
         started = time.perf_counter()
         report = sim.simulate(range(first, first + seeds), factory, shrink_failures=not no_shrink)
@@ -73,11 +79,23 @@ def simulate(
             click.echo("  schedule (shrunk):" if not no_shrink else "  schedule:")
             for line in sim.to_text(outcome.actions).splitlines():
                 click.echo(f"    {line}")
+        if report.losses:
+            costs: dict[str, int] = {}
+            for outcome in report.losses:
+                for invariant in sorted({violation.invariant for violation in outcome.after_loss}):
+                    costs[invariant] = costs.get(invariant, 0) + 1
+            click.echo(f"after the store lost data (as {backend} may), in {len(report.losses)} schedules:")
+            for invariant, count in sorted(costs.items()):
+                click.echo(f"  {invariant}: {count} (e.g. seed {_first(report.losses, invariant)})")
         click.echo(
             f"{report.seeds} schedules on {backend}, {len(report.failures)} failed, "
             f"{took:.1f}s ({report.seeds / took if took else 0:.0f} schedules/s)"
         )
         sys.exit(1 if report.failures else 0)
+
+
+def _first(outcomes: list[Outcome], invariant: str) -> int:
+    return next(o.seed for o in outcomes if any(v.invariant == invariant for v in o.after_loss))
 
 
 def _say_violations(outcome: object) -> None:

@@ -28,6 +28,9 @@ class Outcome:
     actions: list[Action]
     violations: list[Violation]
     trace: list[str] = field(default_factory=list)
+    after_loss: list[Violation] = field(default_factory=list)
+    """Invariants broken in a schedule where the store lost data its durability lets it lose:
+    the cost of that durability, reported apart (``violations`` is then empty)."""
 
     @property
     def failed(self) -> bool:
@@ -52,6 +55,8 @@ def play(scenario: Scenario, actions: list[Action], store: StoreFactory = InMemo
         world.remove_runs()
         world.play(actions)
         violations = check(world)
+        if world.journal.losses:
+            return Outcome(seed, actions, [], world.journal.trace, after_loss=violations)
         return Outcome(seed, actions, violations, world.journal.trace)
     finally:
         world.close()
@@ -92,6 +97,8 @@ class Report:
 
     seeds: int = 0
     failures: list[Outcome] = field(default_factory=list)
+    losses: list[Outcome] = field(default_factory=list)
+    """Schedules in which the store lost data (as its durability permits) and an invariant broke."""
 
     @property
     def passed(self) -> bool:
@@ -111,6 +118,8 @@ def simulate(
     for seed in seeds:
         report.seeds += 1
         outcome = run_seed(seed, store)
+        if outcome.after_loss:
+            report.losses.append(outcome)
         if outcome.failed:
             report.failures.append(shrink(seed, outcome, store) if shrink_failures else outcome)
             if stop_at_first:

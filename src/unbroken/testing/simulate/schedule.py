@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from ...errors import ConfigError
 
 Kind = Literal[
-    "step", "advance", "freeze", "freeze_at", "thaw", "kill", "restart", "crash_at", "fault", "clock", "lose_reply"
-]
-KINDS: tuple[str, ...] = (
     "step",
     "advance",
     "freeze",
@@ -29,7 +26,10 @@ KINDS: tuple[str, ...] = (
     "fault",
     "clock",
     "lose_reply",
-)
+    "lose",
+    "evict",
+]
+KINDS: tuple[str, ...] = get_args(Kind)
 POINTS = ("step", "in_tool", "after_tool")
 """The driver's scheduling points (``process.SimProcess._drive``) a process can be frozen at."""
 
@@ -119,6 +119,7 @@ def draw(rng: random.Random, processes: int, length: int) -> list[Action]:
         (_clock_step, 1),
         (_lost_reply, 1),
         (_time_passes, 1),
+        (_store_loses, 1),
     ]
     names = [episode for episode, _ in episodes]
     weights = [weight * rng.choice((0, 1, 1, 3)) for _, weight in episodes]
@@ -193,3 +194,13 @@ def _lost_reply(rng: random.Random, processes: int, faults: list[str]) -> list[A
 
 def _time_passes(rng: random.Random, processes: int, faults: list[str]) -> list[Action]:
     return [Action("advance", rng.randrange(processes), rng.choice(ADVANCES))]
+
+
+def _store_loses(rng: random.Random, processes: int, faults: list[str]) -> list[Action]:
+    """The store service loses data, as a cache-like server may (only on a ``Forgetful`` store)."""
+    process = rng.randrange(processes)
+    if rng.random() < 0.5:
+        loss = Action("evict", process, float(rng.randrange(64)))
+    else:
+        loss = Action("lose", process, 0.0, "everything" if rng.random() < 0.2 else "tail")
+    return [_steps(rng, process), loss, _steps(rng, _other(rng, processes, process))]

@@ -1,4 +1,5 @@
-"""Which store the schedules run on: ``memory`` (a fresh one per schedule), ``sqlite`` (one
+"""Which store the schedules run on: ``memory`` (a fresh one per schedule), ``forgetful`` (a
+fresh in-memory one that loses data as a cache-like server may, ``lossy.py``), ``sqlite`` (one
 file in a temporary directory), a store URL (``postgresql://...``, ``redis://...``,
 ``s3://...``: one shared store), or ``module:factory`` / ``path/to/file.py:factory`` naming
 your own function that returns a store (called once per schedule; return a fresh store, or a
@@ -17,6 +18,7 @@ from ...stores import open_store
 from ...stores.base import Store
 from ...stores.memory import InMemoryStore
 from .delegate import Delegating
+from .lossy import ForgetfulStore
 from .runner import StoreFactory
 
 
@@ -25,6 +27,9 @@ def store_factory(spec: str) -> Iterator[StoreFactory]:
     """The factory ``spec`` names, for as long as the ``with`` block lasts (then closed)."""
     if spec == "memory":
         yield InMemoryStore
+        return
+    if spec == "forgetful":
+        yield ForgetfulStore
         return
     scratch: Path | None = None
     if spec == "sqlite":

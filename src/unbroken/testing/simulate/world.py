@@ -25,6 +25,7 @@ from ...state import TERMINAL_PHASES
 from ...stores.backend import RunHead
 from ...stores.base import Store
 from .clocks import EPOCH, ProcessClock
+from .lossy import Forgetful
 from .process import Killed, SimProcess
 from .schedule import Action
 from .script import make_model
@@ -65,6 +66,8 @@ class Journal:
     leases: list[tuple[str, int, str, int]] = field(default_factory=list)
     stale_writes: list[str] = field(default_factory=list)
     fence_drops: list[str] = field(default_factory=list)
+    losses: list[str] = field(default_factory=list)
+    """Data the store lost (as its durability permits): invariants broken after one are its cost."""
     rewritten: set[str] = field(default_factory=set)
     ends: list[str] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
@@ -119,6 +122,8 @@ class World:
     def advance(self, seconds: float) -> None:
         """Move time on by ``seconds``; what falls due meanwhile happens, in time order."""
         target = self.now + seconds
+        if isinstance(self.store, Forgetful) and int(target) > int(self.now):
+            self.store.sync()  # once a second of virtual time, what was written reaches disk
         while True:
             due = self._next_due(target)
             if due is None:
@@ -302,6 +307,8 @@ class World:
         if kind == "step":
             for _ in range(max(1, int(action.number))):
                 self._run(process)
+        elif kind in ("lose", "evict"):
+            self._lose(action)
         elif kind == "advance":
             self.advance(action.number)
         elif kind == "freeze":
@@ -323,6 +330,21 @@ class World:
             process.clock.wall_offset += action.number
         elif kind == "lose_reply" and action.detail in self.services:
             self.services[action.detail].lose_next_reply = True
+
+    def _lose(self, action: Action) -> None:
+        """The store service loses what its durability permits (only a ``Forgetful`` store)."""
+        store = self.store
+        if not isinstance(store, Forgetful):
+            return
+        if action.kind == "evict":
+            what = store.evict(int(action.number))
+        else:
+            store.restart(everything=action.detail == "everything")
+            what = "everything" if action.detail == "everything" else "the writes of the last second"
+        if what is not None:
+            self._phases.clear()
+            self.journal.losses.append(f"the store lost {what} at {self.now - EPOCH:.1f}s")
+            self.journal.trace.append(self.journal.losses[-1])
 
     def play(self, actions: list[Action], *, drain_steps: int = 400) -> None:
         """Play ``actions``, then let every process recover (no more faults) until every run is
