@@ -25,7 +25,7 @@ from ...leases import Heartbeat, take_lease
 from ...reconcile import call_probe
 from ...session import RunSession
 from .clocks import ProcessClock
-from .faults import FaultyStore
+from .injection import FaultyStore
 
 if TYPE_CHECKING:
     from .world import World
