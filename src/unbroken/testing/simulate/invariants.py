@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...codec import fold_fields
 from ...errors import UnbrokenError
 from ...state import RunState
 from .world import World
@@ -188,6 +189,39 @@ def ledger_tells_truth(world: World) -> list[Violation]:
     return found
 
 
+def history_tells_truth(world: World) -> list[Violation]:
+    """What the saved results say happened did: a call answered from the ledger (``reused``)
+    or executed reached its service; one settled by its probe (``probed``) took effect."""
+    found = []
+    reached: set[str] = set()
+    applied: set[str] = set()
+    for service in world.services.values():
+        if service.effect != "read_only":
+            reached.update(execution.key for execution in service.journal)
+            applied.update(execution.key for execution in service.journal if execution.applied)
+    for run_id in world.run_ids:
+        try:
+            records = world.store.decode(run_id, recover=True).records
+        except UnbrokenError:
+            continue
+        fields: dict[str, Any] | None = None
+        said: dict[str, str] = {}
+        for record in records:
+            try:
+                fields = fold_fields(fields, record)
+            except (ValueError, KeyError, TypeError):
+                break
+            calls = {call["idempotency_key"]: call for call in fields.get("pending_calls") or []}
+            for key, result in (fields.get("results") or {}).items():
+                tool = world.agent.tools.get(calls.get(key, {}).get("name", ""))
+                if tool is None or tool.effect == "read_only" or key in said:
+                    continue
+                how = said[key] = str(result.get("how"))
+                if (how == "probed" and key not in applied) or (how in ("reused", "executed") and key not in reached):
+                    found.append(Violation("history_tells_truth", f"{run_id}: {tool.name} {key[:14]} saved as {how}"))
+    return found
+
+
 def runs_finish(world: World) -> list[Violation]:
     """Once the faults stop and every process is back, every run reaches its end: nothing the
     faults left behind (a torn write, a lost reply, a zombie's lease) blocks it for good."""
@@ -208,6 +242,7 @@ CHECKS: tuple[Callable[[World], list[Violation]], ...] = (
     saves_kept,
     counters_continue,
     ledger_tells_truth,
+    history_tells_truth,
     runs_finish,
 )
 
