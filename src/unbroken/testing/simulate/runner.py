@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...stores.base import Store
 from ...stores.memory import InMemoryStore
@@ -71,23 +71,37 @@ def run_seed(seed: int, store: StoreFactory = InMemoryStore) -> Outcome:
 
 
 def shrink(seed: int, outcome: Outcome, store: StoreFactory = InMemoryStore, *, budget: int = 300) -> Outcome:
-    """Drop actions (halves, then smaller chunks, then one at a time) while the schedule still
-    breaks the same invariant; returns the smallest failing schedule found."""
+    """Drop actions (halves, then smaller chunks, then one at a time), then lower the counts of
+    those left (steps, actions during a delay), while the schedule still breaks the same
+    invariant; returns the smallest failing schedule found."""
     scenario, _ = scenario_and_schedule(seed)
     wanted = {violation.invariant for violation in outcome.violations}
     best = outcome
+
+    def still_fails(trial: list[Action]) -> bool:
+        nonlocal best, budget
+        budget -= 1
+        result = play(scenario, trial, store, seed=seed)
+        if wanted & {violation.invariant for violation in result.violations}:
+            best = result
+            return True
+        return False
+
     chunk = max(1, len(best.actions) // 2)
     while chunk >= 1 and budget > 0:
         start = 0
         while start < len(best.actions) and budget > 0:
-            trial = best.actions[:start] + best.actions[start + chunk :]
-            budget -= 1
-            result = play(scenario, trial, store, seed=seed)
-            if wanted & {violation.invariant for violation in result.violations}:
-                best = result
-            else:
+            if not still_fails(best.actions[:start] + best.actions[start + chunk :]):
                 start += chunk
         chunk //= 2
+    for index in range(len(best.actions)):
+        while budget > 0 and index < len(best.actions) and best.actions[index].number >= 2:
+            action = best.actions[index]
+            if action.kind not in ("step", "fault"):
+                break
+            fewer = replace(action, number=float(int(action.number) - 1))
+            if not still_fails(best.actions[:index] + [fewer] + best.actions[index + 1 :]):
+                break
     return best
 
 
