@@ -100,7 +100,7 @@ def shrink(seed: int, outcome: Outcome, store: StoreFactory = InMemoryStore, *, 
             if action.kind not in ("step", "fault"):
                 break
             fewer = replace(action, number=float(int(action.number) - 1))
-            if not still_fails(best.actions[:index] + [fewer] + best.actions[index + 1 :]):
+            if not still_fails([*best.actions[:index], fewer, *best.actions[index + 1 :]]):
                 break
     return best
 
