@@ -12,7 +12,7 @@ its reply (the tool sees an error; the effect is done).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ...fencing import current_lease
@@ -129,32 +129,49 @@ def make_tools(world: World) -> list[Tool]:
 
         return probe
 
-    @tool(effect="side_effect", probe=probe_of("payments"))
+    def tool_for(template: Tool, service: str) -> Tool:
+        def run(token: str, *, call: ToolCall | None = None) -> str:
+            return request(service, token, call)
+
+        probe = probe_of(service) if template.probe is not None else None
+        return replace(template, fn=run, probe=probe)
+
+    return [tool_for(template, service) for template, service in _TEMPLATES]
+
+
+def _declared() -> list[tuple[Tool, str]]:
+    """The tools' declarations (schema from the type hints, read once, not per world)."""
+
+    def never(call: ToolCall) -> ProbeAnswer:
+        raise AssertionError("a template's probe is replaced before use")
+
+    @tool(effect="side_effect", probe=never)
     def pay(token: str, *, call: ToolCall) -> str:
         """Take a payment."""
-        return request("payments", token, call)
+        raise AssertionError
 
     @tool(effect="side_effect")
     def email(token: str, *, call: ToolCall) -> str:
         """Send an email (no probe: an interrupted send is an unknown outcome)."""
-        return request("mail", token, call)
+        raise AssertionError
 
     @tool(effect="idempotent")
     def charge(token: str, *, call: ToolCall) -> str:
         """Charge through an API that de-duplicates by idempotency key."""
-        return request("charges", token, call)
+        raise AssertionError
 
-    @tool(effect="side_effect", probe=probe_of("warehouse"))
+    @tool(effect="side_effect", probe=never)
     def ship(token: str, *, call: ToolCall) -> str:
         """Ship through a warehouse that refuses stale fences."""
-        return request("warehouse", token, call)
+        raise AssertionError
 
     @tool(effect="read_only")
     def lookup(token: str) -> str:
         """Read the catalog."""
-        return request("catalog", token, None)
+        raise AssertionError
 
-    return [pay, email, charge, ship, lookup]
+    return [(pay, "payments"), (email, "mail"), (charge, "charges"), (ship, "warehouse"), (lookup, "catalog")]
 
 
+_TEMPLATES = _declared()
 TOOL_NAMES = ("pay", "email", "charge", "ship", "lookup")

@@ -101,6 +101,7 @@ class World:
             for index, host in enumerate(scenario.hosts)
         ]
         self._fences: dict[str, int] = {}
+        self._forgetful = store if isinstance(store, Forgetful) else None
         self._phases: dict[str, tuple[int, str | None]] = {}
         self._armed: dict[tuple[int, str], tuple[str, float]] = {}
         self._actions: list[Action] = []
@@ -122,8 +123,8 @@ class World:
     def advance(self, seconds: float) -> None:
         """Move time on by ``seconds``; what falls due meanwhile happens, in time order."""
         target = self.now + seconds
-        if isinstance(self.store, Forgetful) and int(target) > int(self.now):
-            self.store.sync()  # once a second of virtual time, what was written reaches disk
+        if self._forgetful is not None and int(target) > int(self.now):
+            self._forgetful.sync()  # once a second of virtual time, what was written reaches disk
         while True:
             due = self._next_due(target)
             if due is None:
@@ -333,8 +334,8 @@ class World:
 
     def _lose(self, action: Action) -> None:
         """The store service loses what its durability permits (only a ``Forgetful`` store)."""
-        store = self.store
-        if not isinstance(store, Forgetful):
+        store = self._forgetful
+        if store is None:
             return
         if action.kind == "evict":
             what = store.evict(int(action.number))
