@@ -171,6 +171,13 @@ def _calls_of(fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _settled_line(call: dict[str, Any], how: str, entry: LedgerEntry | None) -> str:
+    recorded = entry.result.how if entry is not None and entry.result is not None else None
+    if how == "reused" and recorded is not None and recorded not in ("executed", "probed", "reused"):
+        # The ledger holds a settlement that was not a run (past max_attempts, unknown, denied...):
+        # say that one, not "it had run".
+        return f"call {call['id']} ({call['name']}): settled from the effect ledger: " + _SETTLED_WITHOUT_RUNNING.get(
+            recorded, recorded
+        )
     text = _SETTLED_WITHOUT_RUNNING.get(how)
     if text is None and how == "executed":
         if entry is None:

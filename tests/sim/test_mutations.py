@@ -15,9 +15,11 @@ from unbroken.testing.simulate.mutations import MUTATIONS
 from unbroken.testing.simulate.table import first_failure
 
 SKIP = frozenset(KNOWN_HOLES)
+PINNED = {"history_story": "about 1 seed in 700 shows it; test_history_story pins its schedule"}
+"""Switched-off defences too rare in random schedules for the seed budget, each pinned by a schedule."""
 
 
-@pytest.mark.parametrize("name", sorted(MUTATIONS))
+@pytest.mark.parametrize("name", sorted(set(MUTATIONS) - set(PINNED)))
 def test_each_switched_off_defence_is_found(name: str) -> None:
     found, _ = first_failure(range(WITHIN), switch=MUTATIONS[name], skip=SKIP)
     assert found is not None, f"{name} switched off went unnoticed for {WITHIN} seeds"

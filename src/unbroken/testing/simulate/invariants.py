@@ -12,10 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...codec import fold_fields
 from ...errors import UnbrokenError
 from ...state import RunState
+from ...watching import settlements
 from .world import World
+
+WAITING = ("running_tools", "paused", "awaiting_approval")
+"""Phases in which the newest turn's calls may still be unanswered."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def answers_match(world: World, states: dict[str, RunState]) -> list[Violation]:
                 continue
             answer = messages[index + 1] if index + 1 < len(messages) else None
             results = _blocks(answer, "user", "tool_result") if answer is not None else []
-            if len(results) != len(uses) and not (answer is None and state.phase == "running_tools"):
+            if len(results) != len(uses) and not (answer is None and state.phase in WAITING):
                 found.append(
                     Violation("answers_match", f"{run_id} message {index}: {len(uses)} calls, {len(results)} answers")
                 )
@@ -190,35 +193,29 @@ def ledger_tells_truth(world: World) -> list[Violation]:
 
 
 def history_tells_truth(world: World) -> list[Violation]:
-    """What the saved results say happened did: a call answered from the ledger (``reused``)
-    or executed reached its service; one settled by its probe (``probed``) took effect."""
+    """What ``unbroken history`` says about calls settled after a resume is what happened: a
+    call it says "had run" or "had taken effect" reached its service (``watching.settlements``)."""
     found = []
     reached: set[str] = set()
-    applied: set[str] = set()
     for service in world.services.values():
         if service.effect != "read_only":
             reached.update(execution.key for execution in service.journal)
-            applied.update(execution.key for execution in service.journal if execution.applied)
+    claims = ("it had run", "it had taken effect")
     for run_id in world.run_ids:
         try:
-            records = world.store.decode(run_id, recover=True).records
+            notes = settlements(world.store, run_id)
+            ledger = world.store.ledger_list(run_id)
         except UnbrokenError:
             continue
-        fields: dict[str, Any] | None = None
-        said: dict[str, str] = {}
-        for record in records:
-            try:
-                fields = fold_fields(fields, record)
-            except (ValueError, KeyError, TypeError):
-                break
-            calls = {call["idempotency_key"]: call for call in fields.get("pending_calls") or []}
-            for key, result in (fields.get("results") or {}).items():
-                tool = world.agent.tools.get(calls.get(key, {}).get("name", ""))
-                if tool is None or tool.effect == "read_only" or key in said:
+        for seq, lines in notes.items():
+            for line in lines:
+                if not line.startswith("call ") or not any(claim in line for claim in claims):
                     continue
-                how = said[key] = str(result.get("how"))
-                if (how == "probed" and key not in applied) or (how in ("reused", "executed") and key not in reached):
-                    found.append(Violation("history_tells_truth", f"{run_id}: {tool.name} {key[:14]} saved as {how}"))
+                call_id, _, rest = line[len("call ") :].partition(" (")
+                name = rest.partition(")")[0]
+                keys = [entry.key for entry in ledger if entry.call_id == call_id and entry.tool == name]
+                if not any(key in reached for key in keys):
+                    found.append(Violation("history_tells_truth", f"{run_id} save {seq}: {line!r}, but it never ran"))
     return found
 
 

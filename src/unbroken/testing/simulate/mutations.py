@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from ... import fencing, session
+from ... import fencing, session, watching
 from ...model import ProposedCall
-from ...state import ToolCall, idempotency_key
+from ...state import LedgerEntry, ToolCall, idempotency_key
 from ...stores import base
 
 
@@ -104,12 +104,24 @@ def naive_usage() -> Iterator[None]:
         yield
 
 
+def history_says_reused_ran() -> AbstractContextManager[None]:
+    """``watching._settled_line`` says every call answered from the ledger "had run", even one
+    the ledger records as never run (past ``max_attempts``, an unknown outcome)."""
+    original = watching._settled_line
+
+    def settled_line(call: dict[str, Any], how: str, entry: LedgerEntry | None) -> str:
+        return original(call, how, None if how == "reused" else entry)
+
+    return _patched(watching, "_settled_line", settled_line)
+
+
 MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "lease_check": no_lease_check,
     "grace": no_grace,
     "write_fencing": no_write_fencing,
     "occurrence_keys": calls_keyed_by_id,
     "usage_guard": naive_usage,
+    "history_story": history_says_reused_ran,
 }
 """Each switched-off defence, by name."""
 

@@ -46,6 +46,8 @@ class Scenario:
     ttl: float = 30.0
     name: str = "sim"
     """Prefix of the run ids (``NAME-run-0``...), so that schedules can share one store."""
+    agent_options: dict[str, Any] = field(default_factory=dict)
+    """Options of the simulated ``Agent`` (unknown-outcome policy, snapshot interval, attempts)."""
 
 
 @dataclass
@@ -94,7 +96,7 @@ class World:
             store=store,
             lease_ttl=scenario.ttl,
             max_turns=12,
-            **(agent_options or {}),
+            **{**scenario.agent_options, **(agent_options or {})},
         )
         self.processes = [
             SimProcess(self, index, host, ProcessClock(self._now, self.sleep, f"boot-{host}"))
@@ -419,4 +421,9 @@ def draw_scenario(
     runs = rng.choice((1, 1, 2))
     processes = rng.choice((2, 3, 3))
     hosts = tuple("h0" if index == 0 or rng.random() < 0.6 else "h1" for index in range(processes))
-    return Scenario(runs, hosts, script(rng), name=name)
+    options = {
+        "unknown_policy": rng.choice(("tell_model", "tell_model", "pause", "fail")),
+        "snapshot_every": rng.choice((2, 5, 50)),
+        "max_attempts": rng.choice((1, 3, 3)),
+    }
+    return Scenario(runs, hosts, script(rng), name=name, agent_options=options)
