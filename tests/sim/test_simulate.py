@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 from sim_seeds import KNOWN_HOLES, WITHIN
 
 from unbroken.testing.simulate import Action, from_text, run_seed, scenario_and_schedule, to_text
@@ -13,6 +17,26 @@ def test_a_seed_replays_the_same_schedule_and_outcome() -> None:
     assert first.actions == again.actions
     assert first.trace == again.trace
     assert [str(v) for v in first.violations] == [str(v) for v in again.violations]
+
+
+def test_a_seed_replays_the_same_in_another_interpreter_whatever_its_hash_seed() -> None:
+    program = (
+        "from unbroken.testing.simulate import run_seed\n"
+        "for seed in (11, 12):\n"
+        "    outcome = run_seed(seed)\n"
+        "    print(outcome.trace, [str(v) for v in outcome.violations])\n"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", program],
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for hash_seed in ("1", "2")
+    }
+    assert len(outputs) == 1 and "run call" in next(iter(outputs))
 
 
 def test_a_schedule_reads_back_from_its_text() -> None:
