@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-WITHIN = 120
+WITHIN = 200
 """Seeds 0..WITHIN-1: every switched-off defence must be found among them, and the code as it
 is must keep every invariant on all of them but the known holes."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import random
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
@@ -46,6 +47,10 @@ class Scenario:
     ttl: float = 30.0
     name: str = "sim"
     """Prefix of the run ids (``NAME-run-0``...), so that schedules can share one store."""
+    concurrent: tuple[bool, ...] = ()
+    """Per process: drive like ``Agent.arun`` (a turn's tools run concurrently) instead of ``run``."""
+    last_first: bool = False
+    """Concurrent tools finish newest first (else oldest first)."""
     agent_options: dict[str, Any] = field(default_factory=dict)
     """Options of the simulated ``Agent`` (unknown-outcome policy, snapshot interval, attempts)."""
 
@@ -99,7 +104,13 @@ class World:
             **{**scenario.agent_options, **(agent_options or {})},
         )
         self.processes = [
-            SimProcess(self, index, host, ProcessClock(self._now, self.sleep, f"boot-{host}"))
+            SimProcess(
+                self,
+                index,
+                host,
+                ProcessClock(self._now, self.sleep, f"boot-{host}"),
+                concurrent=index < len(scenario.concurrent) and scenario.concurrent[index],
+            )
             for index, host in enumerate(scenario.hosts)
         ]
         self._fences: dict[str, int] = {}
@@ -134,7 +145,8 @@ class World:
             when, process, what = due
             self.now = max(self.now, when)
             if what == "act":
-                self._run(process, forced=True)
+                # A concurrent tool is a thread: it lands even while its process is busy.
+                self._on(process, functools.partial(process.deliver, nested=process.busy))
             else:
                 process.next_beat = None
                 self._on(process, process.beat)
@@ -145,7 +157,7 @@ class World:
         for process in self.processes:
             if process.dead:
                 continue
-            if process.act_deadline is not None and not process.busy:
+            if process.act_deadline is not None and (not process.busy or process.concurrent):
                 candidate = (process.act_deadline, process, "act")
                 if candidate[0] <= target and (best is None or candidate[0] < best[0]):
                     best = candidate
@@ -191,8 +203,8 @@ class World:
 
     def on_crash_point(self, label: str) -> None:
         process = self.current()
-        if process is None or process.crash_at is None:
-            return
+        if process is None or process.crash_at is None or process.in_thread:
+            return  # a kill lands on the process's own steps, not inside a tool thread finishing meanwhile
         prefix, remaining = process.crash_at
         if label.startswith(prefix):
             if remaining > 1:
@@ -209,6 +221,8 @@ class World:
         if known is None or asking is None:
             return False
         process, incarnation = known
+        if owner in process.ended and process.incarnation == incarnation:
+            return True  # a call of a live process that has ended (leases.mark_ended)
         if process.host != asking.host:
             return False
         return process.dead or process.incarnation != incarnation
@@ -426,4 +440,8 @@ def draw_scenario(
         "snapshot_every": rng.choice((2, 5, 50)),
         "max_attempts": rng.choice((1, 3, 3)),
     }
-    return Scenario(runs, hosts, script(rng), name=name, agent_options=options)
+    concurrent = tuple(rng.random() < 0.4 for _ in hosts)
+    last_first = rng.random() < 0.5
+    return Scenario(
+        runs, hosts, script(rng), name=name, concurrent=concurrent, last_first=last_first, agent_options=options
+    )
