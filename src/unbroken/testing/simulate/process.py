@@ -238,8 +238,8 @@ class SimProcess:
         self.jobs = []
         if any(job.deadline is not None for job in self.orphans):
             return
-        self.ended.add(self.owner)  # as Agent.run's mark_ended: a later call may take over at once
         if guard is not None:
+            self.ended.add(self.owner)  # Agent.run's mark_ended (only once it held the lease)
             with contextlib.suppress(Exception):  # unreachable: the lease expires instead
                 guard.release()
 
