@@ -35,7 +35,7 @@ step p0 1
 """
 
 
-@pytest.mark.xfail(strict=True, reason="the grace is not inherited by the holder after a release (seeds 664, 1190...)")
+@pytest.mark.xfail(strict=True, reason="the grace is not inherited by the holder after a release (seeds 658, 1143...)")
 def test_a_release_does_not_lose_the_grace() -> None:
     outcome = play(ONE_HOST, from_text(ZOMBIE_IN_FLIGHT + "fault p0 1 insert_entry:error\nstep p0 1\nstep p2 3"))
     assert not outcome.failed, [str(v) for v in outcome.violations]
