@@ -30,6 +30,7 @@ from typing import Any
 from agents import Agent, FunctionTool, Runner, RunResult, Usage
 from agents.items import ModelResponse, TResponseInputItem
 from agents.memory import SessionABC, SessionSettings
+from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 from agents.models.interface import Model
 from agents.tool_context import ToolContext
 from openai.types.responses import ResponseOutputItem
@@ -52,38 +53,73 @@ _OUTPUT_ITEMS: TypeAdapter[ResponseOutputItem] = TypeAdapter(ResponseOutputItem)
 
 
 def _plain(value: Any) -> JSONValue:
-    """An SDK item (a dict, possibly holding pydantic models) as plain JSON."""
-    return json.loads(json.dumps(value, default=lambda o: o.model_dump(mode="json", exclude_unset=True)))
+    """An SDK item (a dict, possibly holding pydantic models) as plain JSON; anything else
+    raises ``TypeError`` (as ``json.dumps`` and the SDK's own sessions do), storing nothing."""
+    return json.loads(json.dumps(value, default=_model_json))
+
+
+def _model_json(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if dump is None:
+        raise TypeError(
+            f"a session item holds a {type(value).__name__}, which is not JSON: "
+            "pass plain JSON values or pydantic models"
+        )
+    return dump(mode="json", exclude_unset=True)
 
 
 class UnbrokenSession(SessionABC):
     """Conversation history of the Agents SDK kept in an unbroken store. ``add_items`` is one
     atomic append, durable when it returns; ``pop_item`` and ``clear_session`` rewrite or
-    delete atomically. One instance per session id per process."""
+    delete atomically. One instance per session id per process.
 
-    def __init__(self, session_id: str, store: Store, *, session_settings: SessionSettings | None = None) -> None:
+    ``session_settings`` behaves as in the SDK's own sessions: ``None`` means
+    ``SessionSettings()``, a dict is turned into ``SessionSettings`` (an unknown field is an
+    error), and ``get_items()`` without a ``limit`` uses ``session_settings.limit``.
+    ``close()`` ends this handle (the store is the caller's and stays open)."""
+
+    session_settings: SessionSettings | None = None
+
+    def __init__(
+        self,
+        session_id: str,
+        store: Store,
+        *,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+    ) -> None:
         self.session_id = session_id
-        self.session_settings = session_settings
+        self.session_settings = _settings(session_settings)
         self.store = store
         self.log = RunLog(store, log_id(LOG_PREFIX, session_id), kind="openai-agents-session")
+        self._closed = False
 
     @property
     def run_id(self) -> str:
         """The unbroken run id holding this session (the effect ledger is keyed by it)."""
         return self.log.run_id
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigError(f"UnbrokenSession {self.session_id!r} is closed; open a new one to use this session")
+
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The session's items, oldest first; the newest ``limit`` of them when ``limit`` (or,
+        when it is None, ``session_settings.limit``) is set."""
+        self._check_open()
         items: list[Any] = copy.deepcopy(self.log.items())
-        if limit is not None:
-            items = items[-limit:] if limit > 0 else []
+        wanted = resolve_session_limit(limit, self.session_settings)
+        if wanted is not None:
+            items = items[-wanted:] if wanted > 0 else []
         return items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
+        self._check_open()
         if items:
             plain = [_plain(item) for item in items]
             await asyncio.to_thread(self.log.append, plain)  # the store blocks; the event loop must not
 
     async def pop_item(self) -> TResponseInputItem | None:
+        self._check_open()
         return await asyncio.to_thread(self._pop)
 
     def _pop(self) -> TResponseInputItem | None:
@@ -95,11 +131,23 @@ class UnbrokenSession(SessionABC):
         return last  # type: ignore[no-any-return]
 
     async def clear_session(self) -> None:
+        self._check_open()
         await asyncio.to_thread(self.log.delete)
+
+    def close(self) -> None:
+        """End this handle: later calls raise ``ConfigError``. Safe to call twice. What was
+        added stays in the store (which the caller opened and closes)."""
+        self._closed = True
 
     def _set_head(self, **changes: JSONValue) -> None:
         head = {**self.log.head(), **changes}
         self.log.append(head=head)
+
+
+def _settings(value: SessionSettings | dict[str, Any] | None) -> SessionSettings:
+    """The SDK's rule for a session's settings: None is the defaults, a dict is validated
+    (an unknown field raises) and turned into ``SessionSettings``."""
+    return SessionSettings() if value is None else coerce_session_settings(value)
 
 
 # --------------------------------------------------------------------------- the model
