@@ -292,6 +292,9 @@ def _record(session: RunSession, job: Job) -> list[tuple[ToolCall, Decision]]:
     """Make a finished job's result durable with its ledger outcome and its state change;
     a timed-out side effect is returned as an unknown outcome instead."""
     call, tool, decision = job.call, job.tool, job.decision
+    in_doubt = _in_doubt(job)
+    if in_doubt is not None:
+        return [(call, in_doubt)]
     if job.result is None:
         if tool.effect == "side_effect":
             assert decision.entry is not None
@@ -308,6 +311,19 @@ def _record(session: RunSession, job: Job) -> list[tuple[ToolCall, Decision]]:
     session.record_result(call, result, entry)
     crashpoints.hit("tool.after_outcome")
     return []
+
+
+def _in_doubt(job: Job) -> Decision | None:
+    """A tool that may have acted but cannot tell (it raised ``OutcomeUnknown``: a connection
+    broke mid-call) has an unknown outcome, settled by the run's ``unknown_policy``, when it
+    is not read-only; a read-only one just failed."""
+    result = job.result
+    if result is None or result.how != "unknown":
+        return None
+    if job.tool.effect == "read_only" or job.decision.entry is None:
+        job.result = replace(result, how="executed")
+        return None
+    return Decision("unknown", entry=job.decision.entry, reason=result.content)
 
 
 def _merge(live: dict[str, JSONValue], view: dict[str, JSONValue], base: dict[str, str]) -> None:
