@@ -9,31 +9,29 @@ import pytest
 
 from unbroken import Agent, ScriptedModel, Tool, open_store, tool
 from unbroken.errors import OutcomeUnknown
+from unbroken.state import Effect
 
 USAGE = {"input_tokens": 1, "output_tokens": 1}
+CALL = {"type": "tool_use", "id": "toolu_1", "name": "pay", "input": {}}
 SCRIPT = [
-    {"content": [{"type": "tool_use", "id": "toolu_1", "name": "pay", "input": {}}], "stop_reason": "tool_use", "usage": USAGE},
+    {"content": [CALL], "stop_reason": "tool_use", "usage": USAGE},
     {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "usage": USAGE},
-]  # fmt: skip
+]
 
 
-def pay_tool(effect: str) -> Tool:
-    @tool(effect=effect)  # type: ignore[arg-type]
+def pay_tool(effect: Effect) -> Tool:
     def pay() -> str:
         """Pay."""
         raise OutcomeUnknown("the connection to the payment service broke after the request was sent")
 
-    return pay
+    return tool(effect=effect)(pay)
 
 
 @pytest.mark.parametrize("driver", ["run", "arun"])
 def test_a_side_effect_that_cannot_tell_pauses_the_run_under_the_pause_policy(driver: str) -> None:
     store = open_store("memory://")
     agent = Agent(model=ScriptedModel(SCRIPT), tools=[pay_tool("side_effect")], store=store, unknown_policy="pause")
-    if driver == "run":
-        result = agent.run("pay", run_id="r")
-    else:
-        result = asyncio.run(agent.arun("pay", run_id="r"))
+    result = agent.run("pay", run_id="r") if driver == "run" else asyncio.run(agent.arun("pay", run_id="r"))
     assert result.status == "paused"
     [entry] = store.ledger_list("r")
     assert entry.status == "unknown"
