@@ -117,6 +117,7 @@ def test_an_agents_sdk_agent_killed_inside_a_side_effect_resumes_with_one_effect
     assert model.turns_asked.count(1) == 1
 
 
+@pytest.mark.slow  # a child process importing the SDK: ~4-8 s; the in-process streamed tests run by default
 def test_a_streamed_run_killed_inside_a_side_effect_resumes_streamed_with_one_effect_and_reports_it_unknown(
     tmp_path: Path, model_server: tuple[ProviderServer, PaymentModel]
 ) -> None:
