@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from unbroken import Agent, ScriptedModel, Tool, open_store, tool
+from unbroken import Agent, ScriptedModel, Tool, open_store, ops, tool
 from unbroken.errors import OutcomeUnknown
 from unbroken.state import Effect
 
@@ -35,6 +35,8 @@ def test_a_side_effect_that_cannot_tell_pauses_the_run_under_the_pause_policy(dr
     assert result.status == "paused"
     [entry] = store.ledger_list("r")
     assert entry.status == "unknown"
+    [[note]] = ops.settlements(store, "r").values()  # what `unbroken history` tells the operator
+    assert "outcome UNKNOWN (the connection to the payment service broke" in note and "paused" in note
 
 
 def test_under_tell_model_the_model_is_told_unknown_outcome_with_the_reason() -> None:
