@@ -37,6 +37,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from google.adk.agents.invocation_context import InvocationContext
 from google.adk.errors._stale_session_error import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
@@ -47,6 +48,8 @@ from google.adk.sessions.session import Session
 from google.adk.sessions.state import State
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
+from google.genai import types
+from google.genai.types import FunctionCall
 from pydantic_core import to_jsonable_python
 
 from .. import clock
@@ -381,6 +384,12 @@ class UnbrokenToolPlugin(BasePlugin):
         self.probes = dict(probes or {})
         self._running: dict[str, LedgerEntry | None] = {}
 
+    async def before_run_callback(self, *, invocation_context: InvocationContext) -> types.Content | None:
+        """Before ADK runs the agent again on a session: answer the calls a crash left without
+        a response (ADK drops them and asks the model again, which calls them again)."""
+        await answer_interrupted_calls(self, invocation_context)
+        return None
+
     def call_of(self, tool: BaseTool, tool_args: Mapping[str, Any], tool_context: ToolContext) -> ToolCall:
         """The call being run, keyed by its occurrence in the session's events."""
         session = tool_context.session
@@ -439,6 +448,61 @@ class UnbrokenToolPlugin(BasePlugin):
             # It may have acted before raising (or being cancelled): unknown from now on.
             await asyncio.to_thread(_effects.interrupted, EffectLedger(self.store, _run_of(tool_context)), step)
         return None
+
+
+def interrupted_calls(session: Session) -> list[tuple[int, int, FunctionCall]]:
+    """The function calls of ``session`` that no response answers, as (event position, call
+    position, call): a response answers the latest unanswered call with its id, so a reused
+    id (``call_0``) is paired by occurrence. Long-running calls (which answer later) are left out."""
+    open_calls: list[tuple[int, int, FunctionCall]] = []
+    waiting: set[str] = set()
+    for index, event in enumerate(session.events):
+        waiting |= set(event.long_running_tool_ids or ())
+        for response in event.get_function_responses():
+            for place in range(len(open_calls) - 1, -1, -1):
+                if open_calls[place][2].id == response.id:
+                    del open_calls[place]
+                    break
+        for position, call in enumerate(event.get_function_calls()):
+            if call.id:
+                open_calls.append((index, position, call))
+    return [each for each in open_calls if each[2].id not in waiting]
+
+
+async def answer_interrupted_calls(plugin: UnbrokenToolPlugin, invocation_context: InvocationContext) -> int:
+    """Answer, in the session, each interrupted call the ledger knows of: a settled one with its
+    recorded result; one in doubt with its probe's answer, or UNKNOWN OUTCOME. A call the ledger
+    never saw had not started: it is left to ADK (which drops it). Returns how many were answered.
+
+    The one place the plugin reconciles a crash; switched off, ADK asks the model again and a
+    side effect is made twice."""
+    session = invocation_context.session
+    run_id = session_run_id(session.app_name, session.user_id, session.id)
+    ledger = EffectLedger(plugin.store, run_id)
+    answered = 0
+    for index, position, call in interrupted_calls(session):
+        arguments: dict[str, JSONValue] = to_jsonable_python(dict(call.args or {}))
+        name, call_id = call.name or "", call.id or ""
+        tool_call = ToolCall(call_id, name, arguments, occurrence_key(run_id, index, position, call_id))
+        if await asyncio.to_thread(ledger.get, tool_call.idempotency_key) is None:
+            continue
+        step = await asyncio.to_thread(_effects.before, ledger, tool_call, "side_effect", plugin.probes.get(name))
+        if isinstance(step, _effects.Answered):
+            content, is_error = step.content, step.is_error
+        else:  # the probe found it was not made: say so, the model may ask for it again
+            content, is_error = f"NOT EXECUTED: {name} was interrupted before it acted; nothing was done", True
+            await asyncio.to_thread(_effects.after, ledger, step, tool_call, content, is_error)
+        calling = session.events[index]
+        response = types.FunctionResponse(id=call_id, name=name, response=_response(content, is_error))
+        event = Event(
+            invocation_id=calling.invocation_id,
+            author=calling.author,
+            branch=calling.branch,
+            content=types.Content(role="user", parts=[types.Part(function_response=response)]),
+        )
+        await invocation_context.session_service.append_event(session, event)
+        answered += 1
+    return answered
 
 
 def _run_of(tool_context: ToolContext) -> str:
