@@ -30,6 +30,7 @@ from google.adk.apps import App, ResumabilityConfig
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
+from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.runners import Runner
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
@@ -86,13 +87,12 @@ def charged(call: ToolCall) -> Found | NotExecuted:
 async def main() -> None:
     store = open_store(url)
     sessions = UnbrokenSessionService(store)
-    plugins = (
+    plugins: list[BasePlugin] = (
         [] if mode == "adk" else [UnbrokenToolPlugin(store, probes={"charge": charged} if mode == "probe" else {})]
     )
     agent = LlmAgent(name="payer", model=ScriptedModel(), tools=[charge])
-    app = App(
-        name="payments", root_agent=agent, plugins=plugins, resumability_config=ResumabilityConfig(is_resumable=True)
-    )
+    resumability = ResumabilityConfig(is_resumable=True) if resumable else None
+    app = App(name="payments", root_agent=agent, plugins=plugins, resumability_config=resumability)
     runner = Runner(app=app, session_service=sessions)
     session = await sessions.get_session(app_name="payments", user_id="me", session_id=session_id)
     resumed = session is not None
