@@ -112,12 +112,13 @@ def _event(rng: random.Random, at: float) -> Event:
     delta = {key: _value(rng) for key in rng.sample(KEYS, rng.randint(0, 3))}
     text = types.Part(text=f"t{rng.randint(0, 99)}")
     call = types.Part(function_call=types.FunctionCall(id="call_0", name="charge", args={"amount": rng.randint(1, 9)}))
+    blob = types.Part(inline_data=types.Blob(mime_type="image/png", data=bytes(rng.getrandbits(8) for _ in range(6))))
     return Event(
         id=f"e-{rng.getrandbits(64):016x}",
         author=rng.choice(["user", "agent"]),
         invocation_id=f"inv-{rng.randint(0, 3)}",
         timestamp=at,
-        content=types.Content(role="model", parts=[rng.choice([text, call])]),
+        content=types.Content(role="model", parts=[rng.choice([text, call, blob])]),
         actions=EventActions(state_delta=delta),
     )
 

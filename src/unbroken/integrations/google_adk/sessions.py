@@ -311,9 +311,11 @@ class UnbrokenSessionService(BaseSessionService):
         log.update(change)  # on a concurrent save: re-read, and the revision check decides
         if scoped and outcome.get("saved"):
             self._settle(log)
+        if not outcome.get("saved"):
+            return False
         session.last_update_time = event.timestamp
         session._storage_update_marker = str(log.save_seq())
-        return outcome.get("saved", False)
+        return True
 
 
 _STALE = (
