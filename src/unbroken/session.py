@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from . import clock, crashpoints, hooks
+from . import clock, crashpoints, hooks, usage
 from .codec import LAYOUT_ONLY, MAX_RECORD_BYTES, EncodedSave, Encoder, encode_full, ensure_json
 from .errors import (
     ConfigError,
@@ -29,7 +29,7 @@ from .errors import (
 )
 from .leases import Heartbeat
 from .ledger import EffectLedger, not_settled_result, unknown_result
-from .model import HistoryReader, ModelTurn, ProposedCall, add_usage, messages_are_json
+from .model import HistoryReader, ModelTurn, ProposedCall, messages_are_json
 from .reconcile import Decision
 from .state import SCHEMA_VERSION, JSONValue, Lease, LedgerEntry, RunState, ToolCall, ToolResult, occurrence_key
 from .stores.base import Store
@@ -218,8 +218,7 @@ class RunSession:
         """Save point A: the model's answer and its calls (pending), before any tool runs."""
         state = self.state
         state.turns += 1
-        state.tokens_used += int(turn.tokens)
-        state.usage = add_usage(state.usage, turn.usage)
+        state.tokens_used, state.usage = usage.account_turn(state.tokens_used, state.usage, turn.tokens, turn.usage)
         state.messages.extend(turn.messages)
         calls = [self.to_tool_call(proposed, position) for position, proposed in enumerate(turn.tool_calls)]
         state.pending_calls = calls

@@ -15,6 +15,7 @@ PUBLIC = {
     "RecordTooLarge", "RunNotFound", "RunQueued", "RunResult", "RunState", "RunSummary", "SCHEMA_VERSION",
     "SaveInfo", "ScriptedModel", "StateError", "Store", "StoreDataLost", "StoreError", "StoreUnavailable",
     "TaskMismatch", "Tool", "ToolCall", "ToolDefinitionError", "ToolResult", "ToolSpec", "UnbrokenError", "Unknown",
+    "UnloadableState",
     "Unsupported", "__version__", "current_lease", "effect_from_mcp", "open_store", "resolve_call", "resource", "tool"
 }  # fmt: skip
 
