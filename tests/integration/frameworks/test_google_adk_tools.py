@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent
+from google.adk.agents.run_config import RunConfig
 from google.adk.apps import App
 from google.adk.events.event import Event
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import Runner
+from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.sessions.session import Session
 from google.genai import types
 
@@ -114,3 +116,31 @@ def test_a_tool_that_raised_is_answered_unknown_and_never_run_again() -> None:
     responses = asyncio.run(scenario())
     assert attempts == [5]  # the second run did not charge again
     assert len(responses) == 1 and str(responses[0]["error"]).startswith("UNKNOWN OUTCOME")
+
+
+def test_a_session_loaded_in_part_is_refused_before_anything_runs() -> None:
+    # Keys count an event's position in the session: a window would shift them between runs.
+    attempts: list[int] = []
+
+    def charge(amount: int) -> dict[str, Any]:
+        """Charge the card."""
+        attempts.append(amount)
+        return {"charged": amount}
+
+    async def scenario() -> None:
+        store = open_store("memory://")
+        sessions = UnbrokenSessionService(store)
+        agent = LlmAgent(name="payer", model=_PaysOnce(), tools=[charge])
+        runner = Runner(
+            app=App(name="pay", root_agent=agent, plugins=[UnbrokenToolPlugin(store)]), session_service=sessions
+        )
+        await sessions.create_session(app_name="pay", user_id="me", session_id="s")
+        window = RunConfig(get_session_config=GetSessionConfig(num_recent_events=10))
+        message = types.Content(role="user", parts=[types.Part(text="pay")])
+        with pytest.raises(Exception, match="get_session_config") as refused:
+            async for _ in runner.run_async(user_id="me", session_id="s", new_message=message, run_config=window):
+                pass
+        assert isinstance(refused.value, ConfigError) or isinstance(refused.value.__cause__, ConfigError)
+
+    asyncio.run(scenario())
+    assert attempts == []

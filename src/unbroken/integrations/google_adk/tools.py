@@ -67,6 +67,13 @@ class UnbrokenToolPlugin(BasePlugin):
     async def before_run_callback(self, *, invocation_context: InvocationContext) -> types.Content | None:
         """Before ADK runs the agent again on a session: answer the calls a crash left without
         a response (ADK drops them and asks the model again, which calls them again)."""
+        window = invocation_context.run_config.get_session_config if invocation_context.run_config else None
+        if window is not None and (window.num_recent_events is not None or window.after_timestamp is not None):
+            raise ConfigError(
+                "UnbrokenToolPlugin keys each call by its event's position in the session, and"
+                " RunConfig.get_session_config loads only part of it (the positions would shift between"
+                " runs); run without get_session_config"
+            )
         await answer_interrupted_calls(self, invocation_context)
         return None
 
