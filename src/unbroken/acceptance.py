@@ -189,7 +189,7 @@ REQUIRED_FIELDS = (
     "updated_at",
 )
 _COUNT_FIELDS = ("schema_version", "save_seq", "turns", "tokens_used", "message_count")
-_OPTIONAL_COUNTS = ("business_state_version", "summary_upto")
+_OPTIONAL_COUNTS = ("business_state_version", "summary_upto", "resumes")
 _CONTAINERS = (("business_state", dict), ("pending_calls", list), ("results", dict), ("usage", dict))
 
 
@@ -223,6 +223,8 @@ def _fields_intact(fields: dict[str, Any]) -> bool:
         and type(n := get("business_state_version", 0)) is int
         and 0 <= n <= MAX_COUNT
         and type(n := get("summary_upto", 0)) is int
+        and 0 <= n <= MAX_COUNT
+        and type(n := get("resumes", 0)) is int
         and 0 <= n <= MAX_COUNT
         and type(count := get("message_count")) is int
         and 0 <= count <= MAX_COUNT

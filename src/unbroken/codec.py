@@ -403,9 +403,12 @@ class Encoder:
         *,
         force_snapshot: bool = False,
         ledger: Sequence[LedgerEntry] = (),
+        account: dict[str, JSONValue] | None = None,
     ) -> EncodedSave:
         """Encode the next save of ``state``. ``state.save_seq`` must already be the new seq.
-        Raises ``NotJSONValue`` (naming the path) before anything is written."""
+        ``account``: the record's own keys saying how calls were settled and what a resume
+        found (``settled``, ``resumed``: ``with_account``). Raises ``NotJSONValue`` (naming the
+        path) before anything is written."""
         previous = self._saved_fields
         texts, changed = self._texts(state, previous)
         new_messages = state.messages[self._saved_messages :]
@@ -443,6 +446,8 @@ class Encoder:
                 f'"snapshot":{"true" if snapshot else "false"},"msg_start":{self._saved_messages},'
                 f'"messages":{messages_text},"fields":{{{fields_text}}}}}'
             )
+        if account:
+            body = with_account(body, account)
         try:
             check = checksum(body)
         except UnicodeEncodeError:  # a lone surrogate in a str field: no UTF-8 record can hold it
@@ -500,13 +505,33 @@ class Encoder:
         self._since_snapshot = 0 if encoded.snapshot else self._since_snapshot + 1
 
 
+# --------------------------------------------------------------------------- the account of a save
+
+ACCOUNT_KEYS = ("settled", "resumed")
+"""Record keys after ``fields``, written only when set (docs/format.md, "The account of a
+save"): how the calls this record settles were settled, what a resume found. Absent: not
+recorded (older records, or nothing to say)."""
+
+
+def with_account(body: str, account: dict[str, JSONValue]) -> str:
+    """``body`` (a record's JSON object text) with the ``account`` keys appended."""
+    extra = "".join(f",{_encode_str(key)}:{_dumps(account[key])}" for key in ACCOUNT_KEYS if account.get(key))
+    return f"{body[:-1]}{extra}}}" if extra else body
+
+
 # --------------------------------------------------------------------------- version 2 pending calls
 
 _SNAPSHOT_TRUE = '"snapshot":true,'
 _NO_TEXTS: dict[str, str] = {}  # the saved texts before a first save: every field is new
 _KEY_TEXTS = {
     key: f"{_encode_str(key)}:"
-    for key in (*RunState(run_id="-", task="").small_fields(), "approvals", "conversation", "history_checked")
+    for key in (
+        *RunState(run_id="-", task="").small_fields(),
+        "approvals",
+        "conversation",
+        "history_checked",
+        "resumes",
+    )
 }
 _CALL_KEYS = ("id", "name", "input")
 
@@ -583,7 +608,7 @@ def _same_text(a: object, b: object) -> bool:
     return first is not None and first == _json_bytes(b)
 
 
-_OPTIONAL_FIELDS = ("approvals", "conversation", "history_checked")
+_OPTIONAL_FIELDS = ("approvals", "conversation", "history_checked", "resumes")
 """The small fields ``RunState.small_fields`` leaves out when unset (tests/unit/test_codec_v2.py
 checks this list)."""
 

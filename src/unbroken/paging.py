@@ -286,6 +286,8 @@ class TimelinePage:
     problem: str | None = None
     first: int | None = None
     records: list[Record] = field(default_factory=list, repr=False)
+    fields: dict[str, Any] | None = field(default=None, repr=False)
+    """The small fields folded through the page's last record (None: not read)."""
 
 
 def timeline_page(store: Store, run_id: str, first: int, last: int) -> TimelinePage:
@@ -305,11 +307,13 @@ def timeline_page(store: Store, run_id: str, first: int, last: int) -> TimelineP
         saves: list[SaveInfo] = []
         starts: list[int] = []
         records: list[Record] = []
+        folded: dict[str, Any] | None = None
         for record, fields in walk(store, run_id, max(1, first), last):
             records.append(record)
             saves.append(save_info(record, fields))
             starts.append(record["msg_start"])
-        return TimelinePage(saves, starts, head, first=1 if first == 1 else known, records=records)
+            folded = fields
+        return TimelinePage(saves, starts, head, first=1 if first == 1 else known, records=records, fields=folded)
     except Unusual:
         decoded = store.decode(run_id, recover=True)
         pairs = [
