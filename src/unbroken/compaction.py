@@ -21,7 +21,7 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from .model import HistoryReader, Model, add_tokens, add_usage
+from .model import HistoryReader, Model, add_usage
 from .state import JSONValue, RunState
 
 Summariser = Callable[[str | None, Sequence[JSONValue]], str | Awaitable[str]]
@@ -179,7 +179,7 @@ class Compactor:
 
     @staticmethod
     def _count(state: RunState, tokens: int, usage: dict[str, JSONValue]) -> None:
-        state.tokens_used = add_tokens(state.tokens_used, tokens)
+        state.tokens_used += int(tokens)
         state.usage = add_usage(state.usage, usage)
 
     @staticmethod

@@ -10,7 +10,8 @@
     │   └── TaskMismatch            an existing run id was given a different task
     ├── StateError                  the state itself is not storable
     │   ├── NotJSONValue            a value that is not plain JSON (names its path)
-    │   └── RecordTooLarge          a save no load could read back (over the record cap)
+    │   ├── RecordTooLarge          a save no load could read back (over the record cap)
+    │   └── UnloadableState         a save no load would accept (a field out of its rules)
     ├── StoreError                  the store could not do what was asked
     │   ├── StoreUnavailable        cannot reach / open / write the store
     │   ├── RunNotFound             no checkpoint under that run id
@@ -26,6 +27,7 @@
     │   ├── LeaseHeld               another live worker owns the run
     │   └── LeaseLost               our lease was taken over; our write changed nothing
     ├── IdempotencyConflict         one idempotency key, two different argument sets
+    ├── OutcomeUnknown              raised by a tool: it cannot tell whether it acted
     ├── ApprovalError               no such approval request, or it names other arguments
     │   └── ApprovalExpired         the request is older than its tool's approval_ttl
     ├── ModelCallFailed             the model call raised; the run stays at its last save point
@@ -75,6 +77,7 @@ class NotJSONValue(StateError):
         self.path = path
         kind = type(value).__name__
         reason = why or f"a {kind} is not JSON"
+        self.why = reason
         super().__init__(
             f"{path}: {reason}. Only dict (str keys), list, str, int, finite float, bool and None "
             "can be saved; store a descriptor (an id, a URL, a path) instead of a live object."
@@ -83,6 +86,10 @@ class NotJSONValue(StateError):
 
 class RecordTooLarge(StateError):
     """This save would be larger than the record cap every load enforces; nothing was saved."""
+
+
+class UnloadableState(StateError):
+    """This save holds a field that every load would refuse (docs/format.md, "Acceptance"); nothing was saved."""
 
 
 class StoreError(UnbrokenError):
@@ -152,6 +159,10 @@ class LeaseLost(LeaseError):
 
 class IdempotencyConflict(UnbrokenError):
     """This idempotency key was already used with different arguments; nothing was executed."""
+
+
+class OutcomeUnknown(UnbrokenError):
+    """The tool cannot tell whether it acted (its request may have reached the service before the connection broke)."""
 
 
 class ApprovalError(UnbrokenError):

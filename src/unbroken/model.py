@@ -7,12 +7,12 @@ provider-shaped output into tool calls, and builds the provider-shaped tool resu
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from .state import JSONValue, ToolCall, ToolResult
+from .usage import add_usage as add_usage  # (its home is usage.py; kept importable from here)
 
 
 @dataclass(frozen=True)
@@ -114,43 +114,3 @@ class JSONMessages(Protocol):
 def messages_are_json(model: Model) -> bool:
     """Whether ``model`` declares (``JSONMessages``) that its messages are plain parsed JSON."""
     return isinstance(model, JSONMessages) and model.messages_are_json is True
-
-
-MAX_TOKENS = 2**53
-"""A token count at or beyond this is not a count (every JSON reader keeps integers below it)."""
-
-
-def add_tokens(total: int, tokens: object) -> int:
-    """A run's token total after a turn that reports ``tokens``. A count a provider got wrong
-    (negative, not a whole number, absurdly large) adds nothing: the total never goes backwards,
-    and a save holding it always loads (the loader refuses a negative total)."""
-    if isinstance(tokens, float) and tokens.is_integer():
-        tokens = int(tokens)
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens < MAX_TOKENS:
-        return total
-    return total + tokens if total + tokens < MAX_TOKENS else total
-
-
-def _storable(value: int | float) -> bool:
-    return math.isfinite(value) and -MAX_TOKENS < value < MAX_TOKENS
-
-
-def add_usage(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
-    """Sum two provider usage objects key by key (nested dicts too); keeps every key. A number
-    no JSON reader keeps exactly (NaN, an infinity, beyond 2**53) is kept as its text, not
-    summed: a provider's odd usage never makes a save fail."""
-    merged = dict(total)
-    for key, value in usage.items():
-        if isinstance(value, bool) or value is None:
-            merged.setdefault(key, value)
-        elif isinstance(value, (int, float)):
-            previous = merged.get(key)
-            counted = previous if isinstance(previous, (int, float)) and not isinstance(previous, bool) else 0
-            summed = counted + value if _storable(value) else value
-            merged[key] = summed if _storable(summed) else str(value)
-        elif isinstance(value, dict):
-            previous = merged.get(key)
-            merged[key] = add_usage(previous if isinstance(previous, dict) else {}, value)
-        else:
-            merged[key] = value
-    return merged

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...codec import fold_fields
 from ...errors import UnbrokenError
-from ...state import RunState
-from ...watching import settlements
+from ...state import RunState, Settlement
+from ...watching import describe
 from .world import World
 
 WAITING = ("running_tools", "paused", "awaiting_approval")
@@ -193,29 +194,38 @@ def ledger_tells_truth(world: World) -> list[Violation]:
 
 
 def history_tells_truth(world: World) -> list[Violation]:
-    """What ``unbroken history`` says about calls settled after a resume is what happened: a
-    call it says "had run" or "had taken effect" reached its service (``watching.settlements``)."""
+    """What the saves say about how each call was settled (``Settlement``, which ``unbroken
+    history`` shows) is what happened: a call said to have run reached its service, one said to
+    be settled by its probe had taken effect."""
     found = []
     reached: set[str] = set()
+    applied: set[str] = set()
     for service in world.services.values():
         if service.effect != "read_only":
             reached.update(execution.key for execution in service.journal)
-    claims = ("it had run", "it had taken effect")
+            applied.update(execution.key for execution in service.journal if execution.applied)
     for run_id in world.run_ids:
         try:
-            notes = settlements(world.store, run_id)
-            ledger = world.store.ledger_list(run_id)
+            records = world.store.decode(run_id, recover=True).records
         except UnbrokenError:
             continue
-        for seq, lines in notes.items():
-            for line in lines:
-                if not line.startswith("call ") or not any(claim in line for claim in claims):
+        fields: dict[str, Any] | None = None
+        for record in records:
+            try:
+                fields = fold_fields(fields, record)
+            except (ValueError, KeyError, TypeError):
+                break
+            calls = fields.get("pending_calls") or []
+            for item in record.get("settled") or ():
+                settled = Settlement.from_json(item)
+                tool = world.agent.tools.get(settled.tool)
+                if tool is None or tool.effect == "read_only" or settled.outcome not in ("ran", "probed"):
                     continue
-                call_id, _, rest = line[len("call ") :].partition(" (")
-                name = rest.partition(")")[0]
-                keys = [entry.key for entry in ledger if entry.call_id == call_id and entry.tool == name]
-                if not any(key in reached for key in keys):
-                    found.append(Violation("history_tells_truth", f"{run_id} save {seq}: {line!r}, but it never ran"))
+                keys = {c["idempotency_key"] for c in calls if c["id"] == settled.call_id and c["name"] == settled.tool}
+                happened = applied if settled.outcome == "probed" else reached
+                if keys and not keys & happened:
+                    said = f"{run_id} save {record['seq']}: {describe(settled)!r}, but it never reached its service"
+                    found.append(Violation("history_tells_truth", said))
     return found
 
 

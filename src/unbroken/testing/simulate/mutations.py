@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from ... import fencing, session, watching
+from ... import fencing, session, usage
 from ...model import ProposedCall
-from ...state import LedgerEntry, ToolCall, idempotency_key
+from ...state import ToolCall, idempotency_key
 from ...stores import base
 
 
@@ -82,37 +82,23 @@ def calls_keyed_by_id() -> AbstractContextManager[None]:
     return _patched(session.RunSession, "to_tool_call", to_tool_call)
 
 
-@contextmanager
-def naive_usage() -> Iterator[None]:
-    """``session.add_tokens`` and ``session.add_usage`` add whatever the provider reports (as
-    before the simulator found that a negative count saved a run no load accepts)."""
+def naive_usage() -> AbstractContextManager[None]:
+    """``usage.account_turn`` adds whatever the provider reports (as before odd usage was
+    normalised: a negative count saved a run that no load accepts)."""
 
-    def add_tokens(total: int, tokens: object) -> int:
-        return total + int(tokens)  # type: ignore[call-overload,no-any-return]
-
-    def add_usage(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    def account_turn(
+        tokens_used: int, total: dict[str, Any], tokens: object, turn_usage: object
+    ) -> tuple[int, dict[str, Any]]:
         merged = dict(total)
-        for key, value in usage.items():
+        for key, value in (turn_usage if isinstance(turn_usage, dict) else {}).items():
             previous = merged.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 merged[key] = (previous if isinstance(previous, (int, float)) else 0) + value
             else:
                 merged[key] = value
-        return merged
+        return tokens_used + int(tokens), merged  # type: ignore[call-overload]
 
-    with _patched(session, "add_tokens", add_tokens), _patched(session, "add_usage", add_usage):
-        yield
-
-
-def history_says_reused_ran() -> AbstractContextManager[None]:
-    """``watching._settled_line`` says every call answered from the ledger "had run", even one
-    the ledger records as never run (past ``max_attempts``, an unknown outcome)."""
-    original = watching._settled_line
-
-    def settled_line(call: dict[str, Any], how: str, entry: LedgerEntry | None) -> str:
-        return original(call, how, None if how == "reused" else entry)
-
-    return _patched(watching, "_settled_line", settled_line)
+    return _patched(usage, "account_turn", account_turn)
 
 
 MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
@@ -121,7 +107,6 @@ MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "write_fencing": no_write_fencing,
     "occurrence_keys": calls_keyed_by_id,
     "usage_guard": naive_usage,
-    "history_story": history_says_reused_ran,
 }
 """Each switched-off defence, by name."""
 
