@@ -111,11 +111,12 @@ MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
 """Each switched-off defence, by name."""
 
 PENDING: dict[str, str] = {
-    # TODO(lead): add the switch points when these land on main.
-    "write_time_schema_check": (
-        "a save that would not load is acknowledged; `saves_load` fires when the model's usage holds a value "
-        "the codec refuses to read back"
-    ),
+    # TODO(lead): the write-time check landed (codec.accept_before_save); switching it off shows
+    # nothing here yet: the provider adapters and usage.account_turn already drop every odd usage
+    # value, and nothing else the simulator draws is unloadable. A drawn value that passes JSON
+    # but not acceptance is needed (e.g. business_state from a tool) to give it a row.
+    "write_time_check": "codec.accept_before_save off: an acknowledged save that does not load (`saves_load`)",
+    # TODO(lead): add the switch point when it lands on main.
     "durability_preconditions": (
         "side effects run on a store that cannot keep the ledger across the faults it meets; `effects_once` "
         "fires after the store loses its tail"

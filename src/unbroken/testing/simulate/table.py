@@ -30,8 +30,10 @@ def first_failure(
     *,
     switch: Callable[[], AbstractContextManager[None]] = nullcontext,
     skip: frozenset[int] = frozenset(),
+    want: str | None = None,
 ) -> tuple[Outcome | None, int]:
-    """The first seed (not in ``skip``) whose schedule breaks an invariant, and how many were tried."""
+    """The first seed (not in ``skip``) whose schedule breaks an invariant (``want``, when given),
+    and how many were tried."""
     tried = 0
     with switch():
         for seed in seeds:
@@ -39,7 +41,7 @@ def first_failure(
                 continue
             tried += 1
             outcome = run_seed(seed, store)
-            if outcome.failed:
+            if outcome.failed and (want is None or any(v.invariant == want for v in outcome.violations)):
                 return outcome, tried
     return None, tried
 
