@@ -5,14 +5,18 @@ Commands (and the demo) decide nothing here; they hand over what an operation re
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from rich.console import Console
+import click
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.json import JSON
 from rich.markup import escape
+from rich.segment import Segment
 from rich.table import Table
 
 from .. import LedgerEntry, RunResult, RunState, RunSummary
@@ -30,12 +34,72 @@ PHASE_STYLES = {
 }
 
 
+# What stored text may never send to a terminal: C0 controls but tab and newline (ESC starts
+# CSI/OSC sequences: colours, cursor moves, titles, OSC 8 links, OSC 52 clipboard writes; CR
+# and backspace overwrite what was printed), DEL, C1 controls (U+009B is a one-byte CSI on some
+# terminals, U+009D an OSC) and the bidi embeddings, overrides and isolates that reorder a line.
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def clean(text: str) -> str:
+    """``text`` with every character that could drive a terminal shown as a visible escape
+    (ESC becomes the four characters ``\\x1b``, U+202E becomes ``\\u202e``): the operator sees
+    that something was there and what, and the terminal receives none of it. Tab and newline
+    stay. Idempotent: clean text comes back unchanged."""
+    return _UNSAFE.sub(_visible, text) if _UNSAFE.search(text) else text
+
+
+class SafeConsole(Console):
+    """A console that passes every piece of text it renders through :func:`clean`.
+
+    The one place the CLI's output is made safe: tables, grids, JSON, Live panels and titles
+    are all rendered through ``render``, so a command cannot forget. Segments rich marks as
+    control (its own cursor moves) are its own, not stored text, and pass unchanged."""
+
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            if segment.control is None and _UNSAFE.search(segment.text):
+                yield Segment(clean(segment.text), segment.style)
+            else:
+                yield segment
+
+
 def make_console(*, stderr: bool = False) -> Console:
-    """A rich console; when the output is not a terminal, wide enough that ids are never cut."""
-    probe = Console(stderr=stderr)
+    """A rich console that shows stored text safely (:class:`SafeConsole`); when the output
+    is not a terminal, wide enough that ids are never cut."""
+    probe = SafeConsole(stderr=stderr)
     if probe.is_terminal or os.environ.get("COLUMNS"):
         return probe
-    return Console(stderr=stderr, width=200)
+    return SafeConsole(stderr=stderr, width=200)
+
+
+# In a JSON document these characters can only sit inside strings, where ``\\uXXXX`` is the
+# same value: a document written to a terminal is escaped this way and stays importable.
+_UNSAFE_IN_JSON = re.compile(r"[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def json_for_terminal(document_text: str) -> str:
+    """JSON text (from ``json.dumps(..., ensure_ascii=False)``, which escapes C0 controls
+    already) with DEL, C1 and bidi controls written as ``\\uXXXX`` escapes: the same value."""
+    return _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", document_text)
+
+
+class CleanLogFormatter(logging.Formatter):
+    """Log lines through :func:`clean`: a tool's exception message is stored text too."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return clean(super().format(record))
+
+
+def echo(text: str, *, err: bool = False) -> None:
+    """One plain line (no rich styling) through :func:`clean`: for output that is parsed by
+    scripts, such as a run id or an error message that quotes stored text."""
+    click.echo(clean(text), err=err)
 
 
 def when(timestamp: float | None, *, precise: bool = False) -> str:
@@ -51,8 +115,10 @@ def phase_text(phase: str | None) -> str:
 
 
 def brief(value: Any, limit: int = 80) -> str:
+    """One line of at most ``limit`` characters, cleaned before it is measured (so a table
+    lays out what is shown, not the control characters it replaced)."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = " ".join(text.split())
+    text = clean(" ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -20,7 +20,16 @@ from ..errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, LeaseHe
 from ..state import SaveInfo, check_run_id
 from ..stores import Store, open_store
 from ._app import friendly_errors, main, store_option
-from ._render import history_table, make_console, migration_table, print_queued, print_run, runs_table
+from ._render import (
+    echo,
+    history_table,
+    json_for_terminal,
+    make_console,
+    migration_table,
+    print_queued,
+    print_run,
+    runs_table,
+)
 
 
 @main.command("runs")
@@ -202,14 +211,14 @@ def export_command(run_id: str, out_path: Path | None, store_url: str) -> None:
     it goes to a temporary file renamed at the end, so FILE is never left half written."""
     with ops.open_existing_store(store_url) as store:
         if out_path is None:
-            damaged = ops.export_run_to(store, run_id, sys.stdout.write)
+            damaged = ops.export_run_to(store, run_id, lambda text: sys.stdout.write(json_for_terminal(text)))
             sys.stdout.write("\n")
             sys.stdout.flush()
             written = None
         else:
             damaged, written = _export_to_file(store, run_id, out_path)
     if damaged:
-        click.echo(f"warning: {damaged}; exported the last intact save point", err=True)
+        echo(f"warning: {damaged}; exported the last intact save point", err=True)
     if written is not None:
         click.echo(f"wrote {out_path} ({written:,} bytes)", err=True)
 

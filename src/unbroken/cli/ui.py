@@ -9,6 +9,7 @@ import click
 from ..errors import ConfigError
 from ..ops import open_existing_store
 from ._app import friendly_errors, main, store_option
+from ._render import echo
 
 
 @main.command("ui")
@@ -37,7 +38,7 @@ def ui_command(store_url: str, port: int, host: str, enable_actions: bool) -> No
         ) from exc
 
     def announce(line: str) -> None:
-        click.echo(line)
+        echo(line)
         sys.stdout.flush()
 
     with open_existing_store(store_url) as store:
