@@ -31,7 +31,7 @@ from ..errors import RunNotFound
 from ..leases import owner_is_dead
 from ..state import RunState, RunSummary, SaveInfo, check_run_id
 from ..stores.base import Store
-from .conversation import render_message
+from .conversation import full_text, render_message
 
 ATTENTION_PHASES = frozenset({"paused", "awaiting_approval", "failed", "damaged"})
 """Phases in which a run waits for a person or has ended badly: the "needs attention" filter."""
@@ -410,6 +410,22 @@ def messages_before(details: RunDetails, run_id: str, before: int, limit: int | 
             details._cache.pop(run_id, None)  # read whole from now on (damage found): the next call says
             return messages_before(_whole_details(details, run_id), run_id, before, limit)
     return {"messages": _rendered(state.provider, page), "start": start}
+
+
+def part_text(details: RunDetails, run_id: str, index: int, part: int) -> str:
+    """All of part ``part`` of message ``index`` (what the page's "show all" asks for)."""
+    detail = details.get(run_id)
+    state = detail.view.state
+    if state is None or not 0 <= index < len(state.messages):
+        raise ValueError(f"run {run_id!r} has no message {index}")
+    message = state.messages[index]
+    if message is None or detail.whole is None:
+        with details.lock:
+            message = paging.messages_page(details.store, run_id, index, index + 1).messages[0]
+    parts = render_message(state.provider, index, message, cap=None)["parts"]
+    if not 0 <= part < len(parts):
+        raise ValueError(f"message {index} of run {run_id!r} has no part {part}")
+    return full_text(parts[part])
 
 
 def timeline_before(details: RunDetails, run_id: str, before_seq: int, limit: int | None) -> dict[str, Any]:
