@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from hostile_runs import APPROVAL_CALL, APPROVAL_RUN, CALL, FORBIDDEN, PAYLOAD, QUEUED_RUN, RUN, HostileStore
 
 from unbroken.cli import main
-from unbroken.cli._render import clean
+from unbroken.cli._safe import clean
 
 COMMANDS = [
     ["runs"],
@@ -49,7 +49,7 @@ def test_show_says_what_it_escaped(hostile: HostileStore) -> None:
 def test_export_to_a_terminal_is_the_same_document() -> None:
     import json
 
-    from unbroken.cli._render import json_for_terminal
+    from unbroken.cli._safe import json_for_terminal
 
     document = json.dumps({"text": PAYLOAD}, ensure_ascii=False)
     safe = json_for_terminal(document)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -21,6 +20,7 @@ from rich.table import Table
 
 from .. import LedgerEntry, RunResult, RunState, RunSummary
 from ..ops import MigrationPlan, QueuedRun, RunView
+from ._safe import UNSAFE, clean
 
 PHASE_STYLES = {
     "completed": "green",
@@ -34,26 +34,6 @@ PHASE_STYLES = {
 }
 
 
-# What stored text may never send to a terminal: C0 controls but tab and newline (ESC starts
-# CSI/OSC sequences: colours, cursor moves, titles, OSC 8 links, OSC 52 clipboard writes; CR
-# and backspace overwrite what was printed), DEL, C1 controls (U+009B is a one-byte CSI on some
-# terminals, U+009D an OSC) and the bidi embeddings, overrides and isolates that reorder a line.
-_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _visible(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
-
-
-def clean(text: str) -> str:
-    """``text`` with every character that could drive a terminal shown as a visible escape
-    (ESC becomes the four characters ``\\x1b``, U+202E becomes ``\\u202e``): the operator sees
-    that something was there and what, and the terminal receives none of it. Tab and newline
-    stay. Idempotent: clean text comes back unchanged."""
-    return _UNSAFE.sub(_visible, text) if _UNSAFE.search(text) else text
-
-
 class SafeConsole(Console):
     """A console that passes every piece of text it renders through :func:`clean`.
 
@@ -63,7 +43,7 @@ class SafeConsole(Console):
 
     def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
         for segment in super().render(renderable, options):
-            if segment.control is None and _UNSAFE.search(segment.text):
+            if segment.control is None and UNSAFE.search(segment.text):
                 yield Segment(clean(segment.text), segment.style)
             else:
                 yield segment
@@ -76,17 +56,6 @@ def make_console(*, stderr: bool = False) -> Console:
     if probe.is_terminal or os.environ.get("COLUMNS"):
         return probe
     return SafeConsole(stderr=stderr, width=200)
-
-
-# In a JSON document these characters can only sit inside strings, where ``\\uXXXX`` is the
-# same value: a document written to a terminal is escaped this way and stays importable.
-_UNSAFE_IN_JSON = re.compile(r"[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def json_for_terminal(document_text: str) -> str:
-    """JSON text (from ``json.dumps(..., ensure_ascii=False)``, which escapes C0 controls
-    already) with DEL, C1 and bidi controls written as ``\\uXXXX`` escapes: the same value."""
-    return _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", document_text)
 
 
 class CleanLogFormatter(logging.Formatter):

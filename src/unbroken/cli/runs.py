@@ -23,13 +23,13 @@ from ._app import friendly_errors, main, store_option
 from ._render import (
     echo,
     history_table,
-    json_for_terminal,
     make_console,
     migration_table,
     print_queued,
     print_run,
     runs_table,
 )
+from ._safe import json_for_terminal
 
 
 @main.command("runs")

@@ -35,6 +35,7 @@ from ..codec import EncodedSave, Segment, StoredRecord, dumps
 from ..errors import CorruptCheckpoint, IncompatibleSchema, StoreUnavailable
 from ..state import RunSummary
 from . import _sqlite_segments as _segments
+from ._durable import PRIVATE_FILE_MODE, create_file
 from ._rows import ledger_from_row, ledger_to_row
 from .backend import Refused, RunHead, SealedEntry, Submission
 from .base import Store
@@ -69,8 +70,11 @@ class SQLiteStore(Store):
         keep_recent: int = KEEP_RECENT,
         pack_batch: int = PACK_BATCH,
         sealed_read_from: int | None = None,
+        mode: int = PRIVATE_FILE_MODE,
     ) -> None:
-        """``keep_recent``: the most recent saves of a run kept one row each; older ones are
+        """``mode``: the permissions a new database file is created with (owner-only by default;
+        SQLite gives its -wal and -shm files the database file's).
+        ``keep_recent``: the most recent saves of a run kept one row each; older ones are
         packed ``pack_batch`` to a segment row (a resume reads a few rows, not one per save).
         ``sealed_read_from``: see ``Store.sealed_read_from`` (tests set 0 to read every segment sealed)."""
         if durability not in DURABILITY:
@@ -94,6 +98,7 @@ class SQLiteStore(Store):
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = os.getpid()
+        self.file_mode = mode
         self._connect()
 
     # ------------------------------------------------------------------ plumbing
@@ -109,6 +114,13 @@ class SQLiteStore(Store):
                 f"cannot open SQLite store {self.path}: directory {parent} is not writable "
                 "(SQLite needs to create its -wal and -shm files there); pick a writable path"
             )
+        try:  # created here, not by SQLite, so that it never exists with the umask's wider mode
+            if str(self.path) != ":memory:":
+                os.close(create_file(self.path, self.file_mode))
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create SQLite store {self.path}: {exc}") from exc
         try:
             conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
