@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from .errors import ConfigError, LeaseError, RunInterrupted, UnbrokenError, Unsupported
+from .redact import log_failure
 from .runner import Agent
 from .session import RunResult
 from .stores.base import ClaimedRun, Store
@@ -181,7 +182,7 @@ class Worker:
             log.warning("run %s was taken over by another worker: %s", claim.run_id, exc)
             self._count_as("lost")
         except Exception as exc:
-            log.error("run %s raised %s: %s; retrying in %gs", claim.run_id, type(exc).__name__, exc, self.retry_after)
+            log_failure(log, f"run {claim.run_id} raised (retrying in {self.retry_after:g}s)", exc)
             self._count_as("errors")
             self._hold(agent, claim.run_id)
         else:
