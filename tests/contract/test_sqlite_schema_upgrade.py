@@ -49,7 +49,7 @@ def test_a_schema_2_file_is_upgraded_in_place_and_its_runs_continue(tmp_path: Pa
     store = open_store(f"sqlite:///{path}?durability={durability}")
     assert isinstance(store, SQLiteStore)
     try:
-        assert meta_schema(path) == str(STORE_SCHEMA) == "4"
+        assert meta_schema(path) == str(STORE_SCHEMA) == "5"
         assert {row.run_id: row.turns for row in store.list_runs()} == {"leased-run": 5, "free-run": 2}
         state = store.load("leased-run")
         assert (state.save_seq, state.turns, len(state.messages)) == (5, 5, 5)
@@ -129,7 +129,10 @@ def test_a_schema_3_file_is_upgraded_and_its_long_run_is_packed_as_it_goes_on(tm
     assert meta_schema(path) == "3"
     store = SQLiteStore(path, keep_recent=32, pack_batch=64)
     try:
-        assert meta_schema(path) == "4"
+        assert meta_schema(path) == "5"
+        with sqlite3.connect(path) as conn:  # schema 5: the queue's page index
+            assert conn.execute("SELECT 1 FROM sqlite_master WHERE name='unbroken_queue_order'").fetchone()
+        conn.close()
         assert counts(path) == (330, 0)  # upgrading moves nothing
         before = store.load("long-run")
         assert (before.save_seq, before.turns, len(before.messages)) == (330, 330, 330)
@@ -148,15 +151,15 @@ def test_a_schema_3_file_is_upgraded_and_its_long_run_is_packed_as_it_goes_on(tm
         store.close()
 
 
-def test_a_schema_4_file_is_refused_by_code_that_knows_schema_3_only(tmp_path: Path) -> None:
+def test_a_file_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
     """What an older unbroken does with a newer file (checked against the rule in _connect):
     a store schema it does not know is refused, nothing is changed."""
     path = schema3_file(tmp_path)
     SQLiteStore(path).close()
     with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE unbroken_meta SET value='5' WHERE key='store_schema'")
+        conn.execute("UPDATE unbroken_meta SET value='6' WHERE key='store_schema'")
     conn.close()
     from unbroken.errors import IncompatibleSchema
 
-    with pytest.raises(IncompatibleSchema, match="store schema 5"):
+    with pytest.raises(IncompatibleSchema, match="store schema 6"):
         SQLiteStore(path)

@@ -579,6 +579,19 @@ class PostgresStore(Store):
         rows = self._run(lambda conn, _: conn.execute(Q["list_submissions"]).fetchall())
         return [Submission(*row) for row in rows]
 
+    def submission(self, run_id: str) -> Submission | None:
+        row = self._run(lambda conn, _: conn.execute(Q["submission"], {"run_id": run_id}).fetchone())
+        return Submission(*row) if row is not None else None
+
+    def unstarted_page(self, after: tuple[float, str] | None, limit: int) -> list[Submission]:
+        params = {
+            "after_at": None if after is None else after[0],
+            "after_id": None if after is None else after[1],
+            "limit": max(int(limit), 0),
+        }
+        rows = self._run(lambda conn, _: conn.execute(Q["unstarted_page"], params).fetchall())
+        return [Submission(*row) for row in rows]
+
     def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
         params = {"owner": owner, "ttl": float(ttl), "agent": agent, "limit": int(limit)}
         rows = self._run(lambda conn, _: conn.execute(Q["claim_runnable"], params).fetchall())

@@ -40,7 +40,9 @@ from ._rows import ledger_from_row, ledger_to_row
 from .backend import Refused, RunHead, SealedEntry, Submission
 from .base import Store
 
-STORE_SCHEMA = 4  # 4: unbroken_segments (older records packed); 3: the unbroken_append view; 2: ledger checksums
+# 5: unbroken_queue_order (queued runs read a page at a time); 4: unbroken_segments (older
+# records packed); 3: the unbroken_append view; 2: ledger checksums
+STORE_SCHEMA = 5
 BUSY_TIMEOUT_MS = 10_000
 PAGE_SIZE = 4096
 # Page size of NEW store files (an existing file keeps its own). Measured 2026-11-30 (10,000
@@ -555,6 +557,45 @@ class SQLiteStore(Store):
 
     def list_submissions(self) -> list[Submission]:
         rows = self._read("SELECT run_id, task, agent, submitted_at FROM unbroken_queue ORDER BY submitted_at, run_id")
+        return [Submission(*row) for row in rows]
+
+    def submission(self, run_id: str) -> Submission | None:
+        rows = self._read("SELECT run_id, task, agent, submitted_at FROM unbroken_queue WHERE run_id=?", (run_id,))
+        return Submission(*rows[0]) if rows else None
+
+    def claimable_page(
+        self, agent: str | None, blocked: frozenset[str], after: tuple[float, str] | None, limit: int
+    ) -> list[Submission]:
+        # the queue in index order (unbroken_queue_order), each run's phase by its primary key
+        marks = ", ".join("?" for _ in blocked)
+        where, params = "", list[Any](sorted(blocked))
+        if agent is not None:
+            where += " AND q.agent = ?"
+            params.append(agent)
+        if after is not None:
+            where += " AND (q.submitted_at, q.run_id) > (?, ?)"
+            params += [after[0], after[1]]
+        rows = self._read(
+            "SELECT q.run_id, q.task, q.agent, q.submitted_at FROM unbroken_queue q "
+            "LEFT JOIN unbroken_runs r ON r.run_id = q.run_id "
+            f"WHERE (r.phase IS NULL OR r.phase NOT IN ({marks})){where} ORDER BY q.submitted_at, q.run_id LIMIT ?",
+            (*params, max(limit, 0)),
+        )
+        return [Submission(*row) for row in rows]
+
+    def phase_of(self, run_id: str) -> str | None:
+        rows = self._read("SELECT phase FROM unbroken_runs WHERE run_id=? AND head_seq > 0", (run_id,))
+        return rows[0][0] if rows else None
+
+    def unstarted_page(self, after: tuple[float, str] | None, limit: int) -> list[Submission]:
+        # on the index unbroken_queue_order (schema 5): about ``limit`` rows, not the whole queue
+        where, params = ("", ()) if after is None else ("AND (q.submitted_at, q.run_id) > (?, ?) ", after)
+        rows = self._read(
+            "SELECT q.run_id, q.task, q.agent, q.submitted_at FROM unbroken_queue q "
+            "WHERE NOT EXISTS (SELECT 1 FROM unbroken_runs r WHERE r.run_id = q.run_id AND r.head_seq > 0) "
+            f"{where}ORDER BY q.submitted_at, q.run_id LIMIT ?",
+            (*params, max(limit, 0)),
+        )
         return [Submission(*row) for row in rows]
 
 

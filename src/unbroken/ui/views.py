@@ -8,7 +8,7 @@ Every page is a bounded read of the store; nothing reads a whole run or every ru
   most per request: it shows what matched among them and hands back a cursor to scan on, so a
   page may hold fewer than ``limit`` rows (even none) while more may match further on. The store's
   run count is not shown (counting is a read of every run). Queued runs (submitted, not started:
-  they have no summary yet) are listed on the first page, read with ``ops.queued_runs``.
+  they have no summary yet) are listed on the first page, the oldest ``limit`` of them (``ops.queued_page``).
 * **One run.** ``RunDetails`` reads the run's tail (``paging.read_tail``: the newest snapshot and
   the saves after it), its last ``TIMELINE_PAGE`` save points (``paging.timeline_page``) and its
   last ``MESSAGES_PAGE`` messages (``paging.messages_page``), once per new save point (keyed by
@@ -111,8 +111,8 @@ class RunIndex:
 
         queued: list[Listed] = []
         if after is None and "claim" in self.store.capabilities:
-            with self.lock:  # not started: no summary row yet; few, and read whole (ops.queued_runs)
-                queued.extend(run for run in ops.queued_runs(self.store) if wanted(run))
+            with self.lock:  # not started: no summary row yet; the oldest page of them (ops.queued_page)
+                queued.extend(run for run in ops.queued_page(self.store, limit=limit).runs if wanted(run))
         cursor = decode_cursor(after) if after else None
         filtered = bool(phase or needle or attention)
         picked: list[Listed] = []

@@ -1,4 +1,4 @@
--- unbroken's SQLite schema, version 4. Applied (in one write transaction) only when a store file is
+-- unbroken's SQLite schema, version 5. Applied (in one write transaction) only when a store file is
 -- new or older: opening an up-to-date file never takes the write lock. Every statement is
 -- idempotent (IF NOT EXISTS), so upgrading a version 2 or 3 file runs this same script (version 3
 -- added only the unbroken_append view and its trigger, version 4 only unbroken_segments). Statements end with ';' at the end of
@@ -72,6 +72,8 @@ CREATE TABLE IF NOT EXISTS unbroken_queue (
     agent        TEXT,
     submitted_at REAL NOT NULL
 );
+-- Version 5: queued runs are listed and claimed a page at a time, oldest first.
+CREATE INDEX IF NOT EXISTS unbroken_queue_order ON unbroken_queue (submitted_at, run_id);
 -- A save in ONE autocommitted statement (what SQLiteStore.write_record does for an existing run
 -- with no ledger entries): INSERT INTO unbroken_append (...) VALUES (...). The trigger moves the
 -- run's head and summary only if the head is at expect_seq and, when fence is not NULL, the
@@ -96,4 +98,4 @@ BEGIN
     VALUES (NEW.run_id, NEW.seq, NEW.label, NEW.snapshot, NEW.body, NEW.checksum);
 END;
 
-INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '4');
+INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '5');
