@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from . import clock, paging
 from .approvals import ApprovalRequest, decide, pending_approvals
 from .codec import MIGRATIONS, Decoded, StoredRecord, encode_full, peek_version, reads_natively
+from .erasure import Erasure, erase
 from .errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, RunNotFound, StoreUnavailable
 from .fork import Fork, fork, rewind
 from .importing import import_run
@@ -538,6 +539,8 @@ __all__ = [
     "open_existing_store",
     "pending_approvals",
     "plan_migration",
+    "Erasure",
+    "erase",
     "queued_page",
     "queued_run",
     "queued_runs",

@@ -289,5 +289,11 @@ class Backend(ABC):
                     break
         return page
 
+    def scrub(self) -> str:
+        """After deletes that must not be recoverable (``erase``): make the deleted bytes
+        unreadable where the backend can, and say what was done ("" when it can do nothing
+        beyond the delete itself). Default: nothing."""
+        return ""
+
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
         """Release connections and files. The store cannot be used afterwards."""
