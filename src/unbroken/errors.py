@@ -20,7 +20,8 @@
     │   ├── ConcurrentSave          someone else advanced the run first
     │   ├── Unsupported             this store cannot do that (says which can)
     │   │   └── MissingStoreFeature the storage service lacks a feature (names it)
-    │   └── InsufficientDurability  the server persists less than the URL asks
+    │   ├── InsufficientDurability  the server persists less than the URL asks
+    │   └── StoreDataLost           a run's head or records vanished under its live holder
     ├── LeaseError
     │   ├── LeaseHeld               another live worker owns the run
     │   └── LeaseLost               our lease was taken over; our write changed nothing
@@ -40,7 +41,7 @@ class UnbrokenError(Exception):
     """unbroken failed."""
 
     def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or (type(self).__doc__ or "").strip())
+        super().__init__(message or " ".join((type(self).__doc__ or "").split()))
 
 
 class ConfigError(UnbrokenError):
@@ -126,6 +127,15 @@ class MissingStoreFeature(Unsupported):
 
 class InsufficientDurability(StoreError):
     """The store's server keeps writes less durably than the store URL asks (the message says what to set)."""
+
+
+class StoreDataLost(StoreError):
+    """The store lost this run's data while this process held its lease (its head vanished, or its fence
+    or save number went backwards): a server restarted without its data, keys evicted under memory
+    pressure, or the run deleted or restored from an older backup. Nothing was written and the run
+    stopped. Starting it again from its task would begin from nothing or an older save point and could
+    repeat side effects already done: restore the store from a backup or settle the run's effects by
+    hand, and fix what lost the data (docs/guarantees.md, section 12)."""
 
 
 class LeaseError(UnbrokenError):

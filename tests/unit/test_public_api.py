@@ -13,9 +13,9 @@ PUBLIC = {
     "InvalidStoreURL", "Lease", "LeaseError", "LeaseGuard", "LeaseHeld", "LeaseLost", "LedgerEntry", "Migrations",
     "MissingStoreFeature", "Model", "ModelCallFailed", "ModelTurn", "NotExecuted", "NotJSONValue", "ProposedCall",
     "RecordTooLarge", "RunNotFound", "RunQueued", "RunResult", "RunState", "RunSummary", "SCHEMA_VERSION",
-    "SaveInfo", "ScriptedModel", "StateError", "Store", "StoreError", "StoreUnavailable", "TaskMismatch", "Tool",
-    "ToolCall", "ToolDefinitionError", "ToolResult", "ToolSpec", "UnbrokenError", "Unknown", "Unsupported",
-    "__version__", "current_lease", "effect_from_mcp", "open_store", "resolve_call", "resource", "tool"
+    "SaveInfo", "ScriptedModel", "StateError", "Store", "StoreDataLost", "StoreError", "StoreUnavailable",
+    "TaskMismatch", "Tool", "ToolCall", "ToolDefinitionError", "ToolResult", "ToolSpec", "UnbrokenError", "Unknown",
+    "Unsupported", "__version__", "current_lease", "effect_from_mcp", "open_store", "resolve_call", "resource", "tool"
 }  # fmt: skip
 
 

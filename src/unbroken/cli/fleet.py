@@ -76,6 +76,7 @@ def worker_command(
         stats = worker.run(until_idle=until_idle, max_runs=max_runs)
     echo(
         f"worker: {stats.finished} finished, {stats.interrupted} interrupted, {stats.lost} taken over, "
-        f"{stats.errors} failed and left for retry",
+        f"{stats.errors} failed and left for retry"
+        + (f", {stats.data_lost} LOST BY THE STORE (not started over; see the log)" if stats.data_lost else ""),
         err=True,
     )

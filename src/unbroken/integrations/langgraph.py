@@ -46,11 +46,14 @@ from langgraph.checkpoint.base import (
 
 from ..errors import ConfigError
 from ..stores.base import Store
+from . import _lgtools
+from ._effects import current_call
 from ._lgthread import Thread, version_key
+from ._lgtools import DurableToolCalls, durable_tool_node
 from ._lgvalues import ValueCodec
 from ._runlog import RunLog, list_logs, log_id
 
-LOG_PREFIX = "langgraph."
+LOG_PREFIX = _lgtools.LOG_PREFIX
 
 
 class UnbrokenSaver(BaseCheckpointSaver[int]):
@@ -394,4 +397,4 @@ class UnbrokenSaver(BaseCheckpointSaver[int]):
         await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
 
 
-__all__ = ["UnbrokenSaver"]
+__all__ = ["DurableToolCalls", "UnbrokenSaver", "current_call", "durable_tool_node"]

@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import copy
 import json
 from collections.abc import Awaitable, Callable, Mapping
@@ -37,24 +36,16 @@ from openai.types.responses import ResponseOutputItem
 from pydantic import TypeAdapter
 
 from ..codec import canonical_hash
-from ..errors import ConfigError, IdempotencyConflict, TaskMismatch
-from ..ledger import EffectLedger, unknown_result
-from ..state import EFFECTS, Effect, JSONValue, ToolCall, ToolResult, idempotency_key
+from ..errors import ConfigError, TaskMismatch
+from ..ledger import EffectLedger
+from ..state import EFFECTS, Effect, JSONValue, ToolCall, idempotency_key, occurrence_key
 from ..stores.base import Store
-from ..tools import Found, NotExecuted, Probe
+from ..tools import Probe
+from . import _effects
 from ._runlog import RunLog, log_id
 
 LOG_PREFIX = "oai-session."
-_CURRENT_CALL: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar("unbroken_current_call", default=None)
-
-
-def current_call() -> ToolCall:
-    """Inside a durable function tool: the call being run, with its ``idempotency_key`` (pass
-    it to the service you call so that a repeat is harmless, or find the effect in a probe)."""
-    call = _CURRENT_CALL.get()
-    if call is None:
-        raise ConfigError("current_call() is only available inside a tool of an agent made with durable()")
-    return call
+current_call = _effects.current_call
 
 
 _OUTPUT_ITEMS: TypeAdapter[ResponseOutputItem] = TypeAdapter(ResponseOutputItem)
@@ -128,7 +119,10 @@ class DurableModel(Model):
         if isinstance(saved, dict) and saved.get("request") == request:
             return _response_from_json(saved["response"])
         response: ModelResponse = await self.inner.get_response(system_instructions, input, *args, **kwargs)
-        self.session._set_head(model_answer={"request": request, "response": _response_to_json(response)})
+        number = self.session.log.head().get("answers", 0)
+        number = (number if isinstance(number, int) else 0) + 1
+        answer = {"request": request, "response": _response_to_json(response), "number": number}
+        self.session._set_head(model_answer=answer, answers=number)
         return response
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
@@ -175,15 +169,37 @@ def _durable_invoke(
             id=call_id,
             name=name,
             input=parsed if isinstance(parsed, dict) else {"arguments": arguments},
-            idempotency_key=idempotency_key(session.run_id, call_id),
+            idempotency_key=call_key(session, call_id, name, arguments),
         )
-        token = _CURRENT_CALL.set(call)
+        token = _effects.CURRENT_CALL.set(call)
         try:
             return await _settle(original, ctx, arguments, call, effect, probe, session)
         finally:
-            _CURRENT_CALL.reset(token)
+            _effects.CURRENT_CALL.reset(token)
 
     return invoke
+
+
+def call_key(session: UnbrokenSession, call_id: str, name: str, arguments: str) -> str:
+    """The idempotency key of a call by its occurrence: the session's run, the number of the
+    saved model answer that made it, its position among that answer's function calls, and the
+    provider's id (which a server may reuse: ``call_0`` in every answer). The answer is saved
+    before its tools run, so a resumed process derives the same key. An answer saved before
+    answers were numbered keeps the key it was run with (run and provider id)."""
+    answer = session.log.head().get("model_answer")
+    number = answer.get("number") if isinstance(answer, dict) else None
+    if not isinstance(answer, dict) or not isinstance(number, int):
+        return idempotency_key(session.run_id, call_id)
+    response = answer.get("response")
+    output = response.get("output") if isinstance(response, dict) else None
+    calls = [item for item in output if isinstance(item, dict)] if isinstance(output, list) else []
+    for position, item in enumerate(calls):
+        if (item.get("call_id"), item.get("name"), item.get("arguments")) == (call_id, name, arguments):
+            return occurrence_key(session.run_id, number, position, call_id)
+    raise ConfigError(
+        f"tool call {call_id!r} ({name}) is not in the model answer saved for session {session.session_id!r}; "
+        "durable tools run only for the answers of their durable() agent's model"
+    )
 
 
 async def _settle(
@@ -195,51 +211,18 @@ async def _settle(
     probe: Probe | None,
     session: UnbrokenSession,
 ) -> Any:
-    """Reuse, probe, report or run the call, by what the ledger knows (see ``reconcile``)."""
-    call_id = call.id
-    if effect == "read_only":
-        return await original(ctx, arguments)
+    """Reuse, probe, report or run the call, by what the ledger knows (see ``_effects``)."""
     ledger = EffectLedger(session.store, session.run_id)
-    try:
-        claim = ledger.claim(call)
-    except IdempotencyConflict as exc:
-        return str(exc)
-    entry = claim.entry
-    if claim.outcome == "settled":
-        assert entry.result is not None
-        return entry.result.content
-    if claim.outcome == "in_doubt":
-        if effect == "side_effect":
-            answer = _ask(probe, call)
-            if isinstance(answer, Found):
-                content = answer.result if isinstance(answer.result, str) else json.dumps(answer.result)
-                ledger.store.ledger_put(EffectLedger.outcome(entry, ToolResult(call_id, content, how="probed")))
-                return content
-            if not isinstance(answer, NotExecuted):
-                ledger.mark_unknown(entry)
-                return unknown_result(call, answer).content
-        entry = ledger.retry(entry)
+    decided = _effects.before(ledger, call, effect, probe)
+    if isinstance(decided, _effects.Answered):
+        return decided.content
     try:
         value = await original(ctx, arguments)
     except BaseException:
-        ledger.mark_unknown(entry)  # it may have acted before raising
+        _effects.interrupted(ledger, decided)
         raise
-    content = value if isinstance(value, str) else _text_of(value)
-    ledger.store.ledger_put(EffectLedger.outcome(entry, ToolResult(call_id, content)))
+    _effects.after(ledger, decided, call, value if isinstance(value, str) else _text_of(value))
     return value
-
-
-def _ask(probe: Probe | None, call: ToolCall) -> Found | NotExecuted | str:
-    """The probe's answer, or why there is none (the reason text of an unknown outcome)."""
-    if probe is None:
-        return "the tool has no probe"
-    try:
-        answer = probe(call)
-    except Exception as exc:  # a failing probe is no evidence either way
-        return f"the probe raised {type(exc).__name__}: {exc}"
-    if isinstance(answer, (Found, NotExecuted)):
-        return answer
-    return getattr(answer, "reason", "") or "the probe could not tell"
 
 
 def _text_of(value: Any) -> str:
