@@ -34,6 +34,7 @@ from .fork import Fork, fork, rewind
 from .importing import import_run
 from .leases import acquire, make_owner, owner_is_dead
 from .resolve import resolve_call
+from .retention import DAY, Retention, RetentionReport, apply_retention
 from .state import TERMINAL_PHASES, JSONValue, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, check_run_id
 from .stores import Store, open_store
 from .watching import Update, follow, settlements
@@ -539,7 +540,11 @@ __all__ = [
     "open_existing_store",
     "pending_approvals",
     "plan_migration",
+    "DAY",
     "Erasure",
+    "Retention",
+    "RetentionReport",
+    "apply_retention",
     "erase",
     "queued_page",
     "queued_run",
