@@ -13,6 +13,7 @@ from webdriver import Browser
 from unbroken import Agent, ScriptedModel, open_store, tool
 from unbroken.ui.conversation import PART_CAP
 
+SPOOF = "invoice\u202etxt.exe"  # shows as "invoiceexe.txt" where the override is obeyed
 BIG = "".join(f"line {n:07d} of a very long page\n" for n in range(40_000))
 
 
@@ -35,6 +36,8 @@ def big_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     ]
     with open_store(url) as store:
         Agent(ScriptedModel(script), tools=[read_page], store=store, max_result_bytes=None).run("read", run_id="big")
+        final = [{"content": [{"type": "text", "text": SPOOF}], "stop_reason": "end_turn", "usage": {}}]
+        Agent(ScriptedModel(final), store=store).run(SPOOF, run_id="spoof")
     server = start_server(url, actions=False)
     yield server
     server.stop()
@@ -50,3 +53,11 @@ def test_a_long_result_shows_its_head_and_show_all_streams_the_rest(browser: Bro
     whole = browser.execute("return document.querySelector('.part.tool_result pre').textContent")
     assert whole == BIG
     assert browser.execute("return document.querySelector('.show-all')") is None
+
+
+def test_bidi_overrides_are_shown_not_obeyed(browser: Browser, big_server: Server) -> None:
+    browser.get(f"{big_server.base}/runs/spoof")
+    browser.wait(".part.text")
+    text = browser.text(".msg.role-assistant .part.text")
+    assert text == "invoice\\u202etxt.exe"
+    assert "\u202e" not in browser.execute("return document.body.textContent")

@@ -11,6 +11,11 @@ const TOKEN_KEY = "unbroken-action-token";
   }
 })();
 
+// Bidi embeddings, overrides and isolates would reorder what the page shows ("exe.txt" read
+// backwards): every text from the store is shown with them written out as \u202e and so on.
+const BIDI = /[\u202a-\u202e\u2066-\u2069]/g;
+const visible = (text) => text.replace(BIDI, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs || {})) {
@@ -20,7 +25,7 @@ function el(tag, attrs, ...children) {
   }
   for (const child of children.flat()) {
     if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    node.append(child instanceof Node ? child : document.createTextNode(visible(String(child))));
   }
   return node;
 }
@@ -33,7 +38,7 @@ const phase = (p) => el("span", { class: "phase " + p, "data-phase": p }, p.repl
 
 function toast(text, bad) {
   const box = document.getElementById("toast");
-  box.textContent = text;
+  box.textContent = visible(text);
   box.className = "show" + (bad ? " bad" : "");
   clearTimeout(toast.timer);
   toast.timer = setTimeout(() => { box.className = ""; }, bad ? 9000 : 4000);
@@ -320,7 +325,7 @@ function part(p, runId, index, n) {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
-      target.append(document.createTextNode(value));
+      target.append(document.createTextNode(visible(value)));
     }
     button.remove();
   };
