@@ -36,6 +36,7 @@ from .errors import (
     TaskMismatch,
     ToolDefinitionError,
     UnbrokenError,
+    UnloadableState,
     Unsupported,
 )
 from .fencing import LeaseGuard, current_lease
@@ -103,6 +104,7 @@ __all__ = [
     "ToolSpec",
     "UnbrokenError",
     "Unknown",
+    "UnloadableState",
     "Unsupported",
     "__version__",
     "current_lease",

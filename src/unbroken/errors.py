@@ -10,7 +10,8 @@
     │   └── TaskMismatch            an existing run id was given a different task
     ├── StateError                  the state itself is not storable
     │   ├── NotJSONValue            a value that is not plain JSON (names its path)
-    │   └── RecordTooLarge          a save no load could read back (over the record cap)
+    │   ├── RecordTooLarge          a save no load could read back (over the record cap)
+    │   └── UnloadableState         a save no load would accept (a field out of its rules)
     ├── StoreError                  the store could not do what was asked
     │   ├── StoreUnavailable        cannot reach / open / write the store
     │   ├── RunNotFound             no checkpoint under that run id
@@ -75,6 +76,7 @@ class NotJSONValue(StateError):
         self.path = path
         kind = type(value).__name__
         reason = why or f"a {kind} is not JSON"
+        self.why = reason
         super().__init__(
             f"{path}: {reason}. Only dict (str keys), list, str, int, finite float, bool and None "
             "can be saved; store a descriptor (an id, a URL, a path) instead of a live object."
@@ -83,6 +85,10 @@ class NotJSONValue(StateError):
 
 class RecordTooLarge(StateError):
     """This save would be larger than the record cap every load enforces; nothing was saved."""
+
+
+class UnloadableState(StateError):
+    """This save holds a field that every load would refuse (docs/format.md, "Acceptance"); nothing was saved."""
 
 
 class StoreError(UnbrokenError):

@@ -26,7 +26,7 @@ def _line(run_id: str, info: SaveInfo) -> str:
     )
 
 
-def _panel(run_id: str, recent: list[SaveInfo], update: Update) -> Group:
+def _panel(run_id: str, recent: list[SaveInfo], update: Update, notes: dict[int, list[str]]) -> Group:
     table = Table(title=f"run {escape(run_id)}", title_justify="left")
     for name in ("seq", "label", "phase", "turns", "tokens", "time"):
         table.add_column(name)
@@ -40,7 +40,9 @@ def _panel(run_id: str, recent: list[SaveInfo], update: Update) -> Group:
             when(info.at, precise=True),
         )
     holder = escape(update.holder) if update.holder else "nobody (not running)"
-    return Group(table, f"phase {phase_text(update.phase)}; lease held by {holder}")
+    shown = {info.seq for info in recent[-SHOWN:]}
+    lines = [f"save {seq}: {escape(note)}" for seq in sorted(notes) if seq in shown for note in notes[seq]]
+    return Group(table, *lines, f"phase {phase_text(update.phase)}; lease held by {holder}")
 
 
 @main.command("watch")
@@ -60,14 +62,18 @@ def watch_command(run_id: str, interval: float, timeout: float | None, store_url
         last: Update | None = None
         if console.is_terminal:
             recent: list[SaveInfo] = []
+            notes: dict[int, list[str]] = {}
             with Live(console=console, refresh_per_second=8) as live:
                 for last in updates:
                     recent += last.saves
-                    live.update(_panel(run_id, recent, last))
+                    notes.update(last.notes)
+                    live.update(_panel(run_id, recent, last, notes))
         else:
             for last in updates:
                 for info in last.saves:
                     console.print(_line(run_id, info), highlight=False)
+                    for note in last.notes.get(info.seq, ()):
+                        console.print(f"  {escape(note)}", highlight=False)
                 for entry in last.effects:
                     console.print(f"  effect {escape(entry.tool)} ({escape(entry.call_id)}): {entry.status}")
     if last is not None:
