@@ -143,7 +143,7 @@ def run_steps(session: RunSession) -> Steps:
             ) from exc
         session.record_turn(turn)
         hooks.model_call_ended(session, began, turn, None)
-        if not (yield from _settle(session, list(state.pending_calls), resuming=False)):
+        if not (yield from _settle(session, state.dangling_calls(), resuming=False)):
             return
 
 
@@ -352,6 +352,11 @@ def _record(session: RunSession, job: Job) -> list[tuple[ToolCall, Decision, Set
     settlement; a timed-out side effect is returned as an unknown outcome instead."""
     call, tool, decision = job.call, job.tool, job.decision
     settlement = job.settlement
+    in_doubt = _in_doubt(job)
+    if in_doubt is not None:
+        assert in_doubt.entry is not None
+        ran = settlement or Settlement(call.id, call.name, "unknown", attempt=in_doubt.entry.attempts)
+        return [(call, in_doubt, replace(ran, reason=in_doubt.reason))]
     if job.result is None:
         if tool.effect == "side_effect":
             assert decision.entry is not None
@@ -374,6 +379,19 @@ def _record(session: RunSession, job: Job) -> list[tuple[ToolCall, Decision, Set
     session.record_result(call, result, entry, settlement)
     crashpoints.hit("tool.after_outcome")
     return []
+
+
+def _in_doubt(job: Job) -> Decision | None:
+    """A tool that may have acted but cannot tell (it raised ``OutcomeUnknown``: a connection
+    broke mid-call) has an unknown outcome, settled by the run's ``unknown_policy``, when it
+    is not read-only; a read-only one just failed."""
+    result = job.result
+    if result is None or result.how != "unknown":
+        return None
+    if job.tool.effect == "read_only" or job.decision.entry is None:
+        job.result = replace(result, how="executed")
+        return None
+    return Decision("unknown", entry=job.decision.entry, reason=result.content, ledger=job.decision.ledger)
 
 
 def unsaveable_change(view: dict[str, JSONValue], base: dict[str, str]) -> NotJSONValue | None:

@@ -27,6 +27,7 @@
     │   ├── LeaseHeld               another live worker owns the run
     │   └── LeaseLost               our lease was taken over; our write changed nothing
     ├── IdempotencyConflict         one idempotency key, two different argument sets
+    ├── OutcomeUnknown              raised by a tool: it cannot tell whether it acted
     ├── ApprovalError               no such approval request, or it names other arguments
     │   └── ApprovalExpired         the request is older than its tool's approval_ttl
     ├── ModelCallFailed             the model call raised; the run stays at its last save point
@@ -158,6 +159,10 @@ class LeaseLost(LeaseError):
 
 class IdempotencyConflict(UnbrokenError):
     """This idempotency key was already used with different arguments; nothing was executed."""
+
+
+class OutcomeUnknown(UnbrokenError):
+    """The tool cannot tell whether it acted (its request may have reached the service before the connection broke)."""
 
 
 class ApprovalError(UnbrokenError):

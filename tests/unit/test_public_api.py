@@ -42,7 +42,8 @@ def test_every_error_is_an_unbroken_error() -> None:
 def test_importing_unbroken_loads_no_sdk_driver_or_cli_library() -> None:
     code = (
         "import sys, unbroken\n"
-        "heavy = ('anthropic', 'openai', 'psycopg', 'click', 'rich', 'httpx2', 'agents', 'mcp', 'langgraph')\n"
+        "heavy = ('anthropic', 'openai', 'psycopg', 'click', 'rich', 'httpx2', 'agents', 'mcp', 'langgraph',\n"
+        "         'google.adk')\n"
         "heavy = [m for m in heavy + ('unbroken.integrations',) if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )

@@ -282,7 +282,10 @@ class UnbrokenSaver(BaseCheckpointSaver[int]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints, newest first, of one thread (or of all), optionally of one namespace,
-        whose metadata holds every ``filter`` pair, older than ``before``, at most ``limit``."""
+        whose metadata holds every ``filter`` pair, older than ``before``, at most ``limit``
+        (``limit`` 0 or less: none, as LangGraph's own savers)."""
+        if limit is not None and limit <= 0:
+            return
         configurable = (config or {}).get("configurable", {})
         thread_ids = [str(configurable["thread_id"])] if configurable.get("thread_id") is not None else None
         wanted_ns = configurable.get("checkpoint_ns")
