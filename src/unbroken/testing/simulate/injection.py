@@ -30,6 +30,9 @@ class FaultyStore(Delegating):
     def store_time(self) -> float:
         return self.world.store_now()
 
+    def lease_time(self) -> float:
+        return self.world.store_now()  # the world's store is a service: its clock judges leases
+
     def _faulted(self, primitive: str, call: Callable[[], T], torn: Callable[[], None] | None = None) -> T:
         fault, number = self.world.take_fault(self.process, primitive)
         where = f"simulated fault on {primitive} (process p{self.process})"
