@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import clock
 from ..errors import StoreUnavailable
 from ._boot_lease_clock import BootLeaseClock
-from ._durable import fsync_dir, make_dirs
+from ._durable import create_file, fsync_dir, make_dirs
 from ._file_format import lease_bytes, lease_state
 from ._file_runs import RunDirectories
 from .backend import Refused, RunHead
@@ -25,6 +25,8 @@ class LeaseFiles(RunDirectories):
     """The head primitives of ``FileStore``, and the fence check its writes make."""
 
     root: Path
+    file_mode: int
+    dir_mode: int
     _lease_clock: BootLeaseClock
 
     def store_time(self) -> float:
@@ -39,12 +41,12 @@ class LeaseFiles(RunDirectories):
         folder = self.root / "lease-clock"
         name = re.sub(r"[^A-Za-z0-9_-]", "_", boot)
         try:
-            make_dirs(folder)
+            make_dirs(folder, self.dir_mode)
             known = folder / name
             if not known.exists():
                 numbers = [int(p.read_text()) for p in folder.iterdir() if not p.name.startswith(".")]
                 temporary = folder / f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-                descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                descriptor = create_file(temporary, self.file_mode)
                 try:
                     os.write(descriptor, str(max(numbers, default=0) + 1).encode())
                     os.fsync(descriptor)
