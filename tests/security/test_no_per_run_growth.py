@@ -1,6 +1,7 @@
 """A long-lived process running many short runs keeps nothing per run: after a warm-up, the
-memory Python holds stays flat. leases._ENDED_OWNERS (bounded by another change) is left out of
-the count; everything else the library allocates is in it."""
+memory Python holds stays flat. The ended owner names (owners._ended, bounded at 4,096 names and
+tested there: tests/faults/test_zombie_guard.py) are left out of the count; everything else the
+library allocates is in it."""
 
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ def held_after(runs: int, *, warm_up: int, distinct_ids: int) -> tuple[int, str]
             after = tracemalloc.take_snapshot()
         finally:
             tracemalloc.stop()
-    # (leases.py's strings are the owner names leases._ENDED_OWNERS keeps; pathlib's one block
-    # is the interpreter's table of interned strings when it is resized, not a per-run object)
-    outside = [tracemalloc.Filter(False, "*/unbroken/leases.py"), tracemalloc.Filter(False, "*/pathlib.py")]
+    # (owners.py's strings are the ended owner names owners._ended keeps, up to 4,096; pathlib's
+    # one block is the interpreter's table of interned strings when it is resized, not a per-run object)
+    outside = [tracemalloc.Filter(False, "*/unbroken/owners.py"), tracemalloc.Filter(False, "*/pathlib.py")]
     grown = after.filter_traces(outside).compare_to(before.filter_traces(outside), "filename")
     return sum(stat.size_diff for stat in grown), "\n".join(str(stat) for stat in grown[:5])
 
