@@ -181,8 +181,8 @@ def targets(results: Results, turns_list: list[int]) -> list[str]:
         out.append(
             _verdict(
                 ratio <= LOAD_TARGET,
-                f"load at sqlite full, store open counted, {longest:,} turns{short}: {full_load * 1e3:.1f} ms{_opened(full)} = "
-                f"{ratio:.2f}x "
+                f"load at sqlite full, store open counted, {longest:,} turns{short}: "
+                f"{full_load * 1e3:.1f} ms{_opened(full)} = {ratio:.2f}x "
                 f"one json.loads of the history ({full.json_seconds * 1e3:.1f} ms); target <= {LOAD_TARGET}x",
             )
         )
@@ -221,8 +221,8 @@ def targets(results: Results, turns_list: list[int]) -> list[str]:
         out.append(
             _verdict(
                 ratio <= target,
-                f"resume at {name}, store open counted, {longest:,} turns{short}: {loaded * 1e3:.1f} ms{_opened(row)} = "
-                f"{ratio:.2f}x one "
+                f"resume at {name}, store open counted, {longest:,} turns{short}: "
+                f"{loaded * 1e3:.1f} ms{_opened(row)} = {ratio:.2f}x one "
                 f"json.loads ({row.json_seconds * 1e3:.1f} ms); target <= {target}x",
             )
         )
