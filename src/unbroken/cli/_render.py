@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import LedgerEntry, RunResult, RunState, RunSummary
+from ..message_parts import render_message
 from ..ops import MigrationPlan, QueuedRun, RunView
 
 PHASE_STYLES = {
@@ -83,29 +84,26 @@ def history_table(timeline: Sequence[Any], title: str | None = None) -> Table:
     return table
 
 
-def describe_message(message: Any) -> str:
-    """One line per message: role and a short view of each block."""
-    if not isinstance(message, dict):
-        return brief(message)
-    role = message.get("role", message.get("type", "?"))
-    content = message.get("content")
-    if isinstance(content, str):
-        return f"{role}: {brief(content)}"
-    parts = []
-    for block in content if isinstance(content, list) else []:
-        kind = block.get("type", "?") if isinstance(block, dict) else type(block).__name__
-        if kind == "text":
-            parts.append(f"text {brief(block.get('text', ''), 60)!r}")
-        elif kind == "thinking":
-            parts.append("thinking" + (" (signed)" if block.get("signature") else ""))
-        elif kind == "tool_use":
-            parts.append(f"tool_use {block.get('name')}({brief(block.get('input', {}), 50)})")
-        elif kind == "tool_result":
-            error = " ERROR" if block.get("is_error") else ""
-            parts.append(f"tool_result{error} {brief(block.get('content', ''), 50)!r}")
-        else:
-            parts.append(str(kind))
-    return f"{role}: " + "; ".join(parts)
+def describe_message(provider: str, message: Any) -> str:
+    """One line per message: role and a short view of each part (text, thinking marked as such,
+    tool calls with their arguments, results with their call id), the same reading of the
+    provider's format as the inspector's (``unbroken.message_parts``)."""
+    rendered = render_message(provider, 0, message)
+    return f"{rendered['role']}: " + "; ".join(_describe_part(part) for part in rendered["parts"])
+
+
+def _describe_part(part: dict[str, Any]) -> str:
+    kind = part["kind"]
+    if kind == "text":
+        return repr(brief(part["text"], 70))
+    if kind == "thinking":
+        return f"(thinking: {brief(part['text'], 40)})"
+    if kind == "tool_call":
+        return f"call {part['name']}({brief(part['arguments'] or {}, 60)}) [{part['id']}]"
+    if kind == "tool_result":
+        error = " ERROR" if part.get("is_error") else ""
+        return f"result{error} [{part['id']}] {brief(part['text'], 60)!r}"
+    return f"({brief(part['text'], 60)})"
 
 
 STATUS_STYLES = {"pending": "yellow", "succeeded": "green", "failed": "red", "unknown": "bold red"}
@@ -265,7 +263,8 @@ def print_run(console: Console, view: RunView, state: RunState, message_count: i
         start = max(0, len(state.messages) - message_count)
         console.print(f"[bold]last {len(state.messages) - start} of {len(state.messages)} messages[/]")
         for index in range(start, len(state.messages)):
-            console.print(f"  [dim]{index:>4}[/] {escape(describe_message(state.messages[index]))}")
+            line = escape(describe_message(state.provider, state.messages[index]))
+            console.print(f"  [dim]{index:>4}[/] {line}", soft_wrap=True)  # one line each, never cut
     console.print("[bold]business_state[/]")
     console.print(JSON.from_data(state.business_state))
 
