@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import click
 from rich.console import Console
 from rich.json import JSON
 from rich.markup import escape
@@ -29,6 +31,30 @@ PHASE_STYLES = {
     "running_tools": "cyan",
     "queued": "blue",
 }
+
+
+AGENT_PLACEHOLDER = "module:attr"
+"""What a hint puts where the operator names their agent (the CLI cannot know it)."""
+
+
+def next_command(*words: str) -> str:
+    """A command to run next, as the operator can paste it: shell-quoted, repeating ``--store URL``
+    when this command was given one on its command line (from ``$UNBROKEN_STORE`` or the default,
+    the next command finds the same store by itself). The one place every hint is written."""
+    parts = ["unbroken", *words]
+    context = click.get_current_context(silent=True)
+    if context is not None and context.get_parameter_source("store_url") is click.core.ParameterSource.COMMANDLINE:
+        parts += ["--store", str(context.params["store_url"])]
+    return f"`{shlex.join(parts)}`"
+
+
+def resume_hint(run_id: str) -> str:
+    return next_command("resume", run_id, "--agent", AGENT_PLACEHOLDER)
+
+
+def print_hint(console: Console, text: str) -> None:
+    """A line holding a command: never wrapped or cut, so it can be copied whole."""
+    console.print(text, soft_wrap=True)
 
 
 def make_console(*, stderr: bool = False) -> Console:
@@ -168,15 +194,17 @@ def print_result(console: Console, result: RunResult) -> None:
     state: RunState | None = result.state
     if result.status == "paused" and state is not None:
         for call in state.dangling_calls():
-            console.print(
+            resolve = next_command("resolve", result.run_id, call.id, "--result", "TEXT")
+            print_hint(
+                console,
                 f"[yellow]paused:[/] call {escape(call.id)} ({escape(call.name)}) has an unknown outcome. "
-                f"Check it, then `unbroken resolve {escape(result.run_id)} {escape(call.id)} --result TEXT` "
-                "(or --not-executed), and resume again."
+                f"Check it, then {escape(resolve)} (or --not-executed instead of --result), and resume again.",
             )
     if result.status == "awaiting_approval":
-        console.print(
-            f"[yellow]awaiting approval:[/] see `unbroken approvals {escape(result.run_id)}`, then `unbroken approve` "
-            "or `unbroken deny ... --reason TEXT` each call, and resume again."
+        print_hint(
+            console,
+            f"[yellow]awaiting approval:[/] {escape(next_command('approvals', result.run_id))} lists the calls "
+            "to approve or deny, and how; then resume again.",
         )
     if result.output:
         console.print("[bold]output[/]")

@@ -20,7 +20,16 @@ from ..errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, LeaseHe
 from ..state import SaveInfo, check_run_id
 from ..stores import Store, open_store
 from ._app import friendly_errors, main, store_option
-from ._render import history_table, make_console, migration_table, print_queued, print_run, runs_table
+from ._render import (
+    history_table,
+    make_console,
+    migration_table,
+    print_hint,
+    print_queued,
+    print_run,
+    resume_hint,
+    runs_table,
+)
 
 
 @main.command("runs")
@@ -249,7 +258,7 @@ def import_command(checkpoint: Path, run_id: str | None, store_url: str) -> None
         f"imported {escape(str(checkpoint))} as run {escape(state.run_id)}: {state.turns} turns, "
         f"{state.tokens_used:,} tokens, {len(state.messages)} messages; pending calls: {escape(pending)}"
     )
-    console.print(f"next: unbroken resume {escape(state.run_id)} --agent module:attr --store {escape(store_url)}")
+    print_hint(console, f"next: {escape(resume_hint(state.run_id))}")
 
 
 @main.command("migrate")
