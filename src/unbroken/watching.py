@@ -1,5 +1,6 @@
 """Following a run from another process, and reading back what its save points say about crashes.
 
+``wait_until_started(store, run_id)`` waits for a run that is not there yet (``watch --wait``).
 ``follow(store, run_id)`` is an observer: it never takes the lease (a process that cannot get
 the lease, because a live worker holds it, can still watch). It reads the run once, then
 polls the run's head and reads only the records written since, yielding one ``Update`` per
@@ -36,10 +37,46 @@ class Update:
     phase: str
     holder: str | None
     effects: list[LedgerEntry] = field(default_factory=list)
+    calls: dict[int, list[str]] = field(default_factory=dict)
+    """By save point: the tools of the calls the model asked for there (the turn's calls)."""
 
     @property
     def stopped(self) -> bool:
         return self.phase in STOPPED_PHASES
+
+
+def wait_until_started(
+    store: Store,
+    run_id: str,
+    *,
+    timeout: float,
+    interval: float = 0.5,
+    sleep: Callable[[float], None] = clock.sleep,
+) -> None:
+    """Return once ``run_id`` has its first save point (a queued run is waited for too); raise
+    ``RunNotFound`` if it has none after ``timeout`` seconds. Reads only its head."""
+    check_run_id(run_id)
+    deadline = clock.monotonic() + timeout
+    while True:
+        head = store.read_head(run_id)
+        if head is not None and head.seq > 0:
+            return
+        if clock.monotonic() >= deadline:
+            raise RunNotFound(f"no run {run_id!r} in {store.url} after waiting {timeout:g}s")
+        sleep(interval)
+
+
+def proposed_calls(records: Sequence[dict[str, Any]], fields: dict[str, Any] | None = None) -> dict[int, list[str]]:
+    """By save point: the tools of the calls that first appear pending there, folding ``records``
+    (parsed, in order) from ``fields`` (the small fields before them; None: from the first)."""
+    calls: dict[int, list[str]] = {}
+    for body in records:
+        before = _calls_of(fields or {})
+        fields = fold_fields(fields, body)
+        names = [str(call["name"]) for key, call in _calls_of(fields).items() if key not in before]
+        if names:
+            calls[body["seq"]] = names
+    return calls
 
 
 def follow(
@@ -67,11 +104,13 @@ def follow(
     seen = {(entry.key, entry.status) for entry in effects}
     last_seq = decoded.last_seq
     if history is None:
-        saves = list(store.decode(run_id, recover=True).timeline)
-        saves = [info for info in saves if info.seq <= last_seq]
+        whole = store.decode(run_id, recover=True)
+        saves = [info for info in whole.timeline if info.seq <= last_seq]
+        calls = proposed_calls(whole.records)
     else:
-        saves = paging.timeline_page(store, run_id, last_seq - history + 1, last_seq).saves if history > 0 else []
-    first = Update(run_id, saves, decoded.state.phase, _holder(store, run_id), effects)
+        page = paging.timeline_page(store, run_id, last_seq - history + 1, last_seq) if history > 0 else None
+        saves, calls = (page.saves, proposed_calls(page.records)) if page is not None else ([], {})
+    first = Update(run_id, saves, decoded.state.phase, _holder(store, run_id), effects, calls)
     yield first
     if until_stopped and first.stopped:
         return
@@ -83,7 +122,7 @@ def follow(
             raise RunNotFound(f"run {run_id!r} was deleted while it was watched")
         if head.seq <= last_seq:
             continue
-        saves = []
+        saves, calls = [], {}
         for record in store.records_after(run_id, last_seq):
             try:  # checked like every other read (size, CRC, shape): a damaged record is never shown
                 body = paging.parse_record(record.seq, record.body, record.checksum, same_schema=False)
@@ -93,12 +132,13 @@ def follow(
                     f"nothing was changed: `unbroken history {run_id} --all` says what is wrong",
                     last_good_seq=last_seq,
                 ) from None
+            calls.update(proposed_calls([body], fields))
             fields = fold_fields(fields, body)  # snapshot replaces, delta updates (format v2 completed)
             saves.append(save_info(body, fields))
             last_seq = record.seq
         effects = [entry for entry in store.ledger_list(run_id) if (entry.key, entry.status) not in seen]
         seen.update((entry.key, entry.status) for entry in effects)
-        update = Update(run_id, saves, str(fields.get("phase", "?")), _holder(store, run_id), effects)
+        update = Update(run_id, saves, str(fields.get("phase", "?")), _holder(store, run_id), effects, calls)
         yield update
         if until_stopped and update.stopped:
             return
