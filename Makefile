@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BASE   := $(VENV)/.installed-base
 
-.PHONY: demo test check lint typecheck reliability bench clean
+.PHONY: demo test check lint typecheck reliability bench package docs clean
 
 $(PY):
 	$(PYTHON) -m venv --without-pip $(VENV)
@@ -66,5 +66,24 @@ bench: $(STAMP)  ## benchmarks, printed as tables
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) benchmarks/run.py --readme README.md  # prints the tables and writes them into README.md
 
+# What an index would get: the wheel and sdist, checked by twine, and the wheel installed into a
+# fresh venv (no source tree on its path) running the demo. About 30 s (the build needs PyPI for
+# its isolated build environment).
+PKG_VENV := build/wheel-venv
+package: $(STAMP)  ## build wheel + sdist, twine check, install the wheel in a fresh venv, run the demo from it
+	rm -rf dist $(PKG_VENV)
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+	$(PYTHON) -m venv --without-pip $(PKG_VENV)
+	$(PYTHON) -m pip --python $(PKG_VENV)/bin/python install --quiet --disable-pip-version-check dist/*.whl
+	cd $$(mktemp -d) && $(CURDIR)/$(PKG_VENV)/bin/python -c "import unbroken, sys; \
+		assert 'site-packages' in unbroken.__file__, unbroken.__file__; print('installed', unbroken.__version__)" \
+		&& $(CURDIR)/$(PKG_VENV)/bin/unbroken demo
+
+# The docs as a site (mkdocs.yml over docs/, the API reference from docstrings): --strict fails
+# on a broken link, a missing page or a docstring mkdocstrings cannot read. About 10 s.
+docs: $(STAMP)  ## build the docs site into site/ (mkdocs build --strict)
+	PYTHONPATH=src $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build site
