@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ import click
 from rich.console import Console
 from rich.json import JSON
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .. import LedgerEntry, RunResult, RunState, RunSummary
@@ -63,6 +65,24 @@ def make_console(*, stderr: bool = False) -> Console:
     if probe.is_terminal or os.environ.get("COLUMNS"):
         return probe
     return Console(stderr=stderr, width=200)
+
+
+@contextmanager
+def progress(description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
+    """Progress of a long operation on stderr, shown only when stderr is a terminal (piped or
+    redirected, nothing is printed). Yields ``advance(n)``; ``total`` None: a spinner and a count."""
+    console = make_console(stderr=True)
+    if not console.is_terminal:
+        yield lambda _n: None
+        return
+    columns = [SpinnerColumn(), TextColumn("{task.description}")]
+    if total is not None:
+        columns += [BarColumn(), MofNCompleteColumn()]
+    else:
+        columns += [TextColumn("{task.completed:,}")]
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as shown:
+        task = shown.add_task(description, total=total)
+        yield lambda n: shown.advance(task, n)
 
 
 def when(timestamp: float | None, *, precise: bool = False) -> str:

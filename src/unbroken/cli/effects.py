@@ -12,7 +12,7 @@ from rich.markup import escape
 from ..errors import ConfigError
 from ..ops import LEDGER_PAGE, ledger_of, open_existing_store, resolve_call
 from ._app import friendly_errors, main, store_option
-from ._render import ledger_table, make_console, next_command, print_hint, resume_hint, when
+from ._render import ledger_table, make_console, next_command, print_hint, progress, resume_hint, when
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -108,7 +108,7 @@ def gc_command(older_than: str, store_url: str) -> None:
     Entries of a run that is still live (in progress or paused) are never touched."""
     seconds = parse_duration(older_than)
     cutoff = time.time() - seconds
-    with open_existing_store(store_url) as store:
+    with open_existing_store(store_url) as store, progress("collecting ledger entries of finished runs"):
         pruned = store.ledger_gc(cutoff)
     noun = "entry" if pruned == 1 else "entries"
     make_console().print(f"pruned {pruned} ledger {noun} of finished runs last updated before {when(cutoff)}")
