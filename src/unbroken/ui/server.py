@@ -309,6 +309,7 @@ def create_app(
         Route("/", page("index.html", "text/html; charset=utf-8")),
         Route("/runs/{run_id}", run_shell),
         Route("/static/app.js", page("app.js", "text/javascript; charset=utf-8")),
+        Route("/static/strip.js", page("strip.js", "text/javascript; charset=utf-8")),
         Route("/static/style.css", page("style.css", "text/css; charset=utf-8")),
         Route("/api/runs", guarded(runs)),
         Route("/api/runs/{run_id}", guarded(run)),
