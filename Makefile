@@ -32,8 +32,11 @@ $(STAMP): pyproject.toml | $(PY)
 demo: $(BASE)  ## the crash-and-resume demo: embedded SQLite, no API key, no network
 	PYTHONPATH=src $(PY) -m unbroken.cli demo
 
-test: $(STAMP)  ## the whole test suite
-	$(PY) -m pytest -q -m "not slow"
+# The default tier on two pytest-xdist workers (the machines have two cores); --dist loadfile keeps
+# a test file on one worker. Every test has its own PostgreSQL schema, Redis key prefix, ports and
+# temporary directory, so workers never share a run. `make test SERIAL=1` runs it in one process.
+test: $(STAMP)  ## the default tier (not the slow sweeps), on two workers
+	$(PY) -m pytest -q -m "not slow" $(if $(SERIAL),,-n 2 --dist loadfile)
 
 lint: $(STAMP)  ## ruff, then the layering contracts ([tool.importlinter] in pyproject.toml)
 	$(VENV)/bin/ruff check src tests benchmarks examples scripts

@@ -66,12 +66,16 @@ def wait_until_started(
         sleep(interval)
 
 
-def proposed_calls(records: Sequence[dict[str, Any]], fields: dict[str, Any] | None = None) -> dict[int, list[str]]:
+def proposed_calls(
+    run_id: str, records: Sequence[dict[str, Any]], fields: dict[str, Any] | None = None
+) -> dict[int, list[str]]:
     """By save point: the tools of the calls that first appear pending there, folding ``records``
-    (parsed, in order) from ``fields`` (the small fields before them; None: from the first)."""
+    (parsed, in order) from ``fields`` (the small fields before them; None: none known, so a
+    page that starts with a delta still names its calls' keys by ``run_id``)."""
     calls: dict[int, list[str]] = {}
+    fields = fields if fields is not None else {"run_id": run_id}
     for body in records:
-        before = _calls_of(fields or {})
+        before = _calls_of(fields)
         fields = fold_fields(fields, body)
         names = [str(call["name"]) for key, call in _calls_of(fields).items() if key not in before]
         if names:
@@ -106,10 +110,10 @@ def follow(
     if history is None:
         whole = store.decode(run_id, recover=True)
         saves = [info for info in whole.timeline if info.seq <= last_seq]
-        calls = proposed_calls(whole.records)
+        calls = proposed_calls(run_id, whole.records)
     else:
         page = paging.timeline_page(store, run_id, last_seq - history + 1, last_seq) if history > 0 else None
-        saves, calls = (page.saves, proposed_calls(page.records)) if page is not None else ([], {})
+        saves, calls = (page.saves, proposed_calls(run_id, page.records)) if page is not None else ([], {})
     first = Update(run_id, saves, decoded.state.phase, _holder(store, run_id), effects, calls)
     yield first
     if until_stopped and first.stopped:
@@ -132,7 +136,7 @@ def follow(
                     f"nothing was changed: `unbroken history {run_id} --all` says what is wrong",
                     last_good_seq=last_seq,
                 ) from None
-            calls.update(proposed_calls([body], fields))
+            calls.update(proposed_calls(run_id, [body], fields))
             fields = fold_fields(fields, body)  # snapshot replaces, delta updates (format v2 completed)
             saves.append(save_info(body, fields))
             last_seq = record.seq
