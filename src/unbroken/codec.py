@@ -26,9 +26,12 @@ from typing import Any
 
 import orjson
 
-from .errors import CorruptCheckpoint, IncompatibleSchema, NotJSONValue
+from .acceptance import MAX_RECORD_BYTES as MAX_RECORD_BYTES  # (re-exported: stores and tests use them)
+from .acceptance import accept, accept_fields, accept_parsed
+from .acceptance import checksum as checksum
+from .acceptance import loads as loads
+from .errors import CorruptCheckpoint, IncompatibleSchema, NotJSONValue, UnloadableState
 from .state import (
-    PHASES,
     SCHEMA_VERSION,
     JSONValue,
     LedgerEntry,
@@ -38,9 +41,6 @@ from .state import (
     ToolCall,
     occurrence_key,
 )
-
-MAX_RECORD_BYTES = 64 * 1024 * 1024
-"""A single save record larger than this is refused before it is parsed."""
 
 _BOUNDARY_PHASES = frozenset({"completed", "max_turns", "failed", "paused"})
 """Entering one of these phases writes a full snapshot of the small fields. (The alternation
@@ -55,8 +55,6 @@ _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 """orjson, like many JSON readers, turns integers outside this range into floats: refused at save."""
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 _orjson_dumps = orjson.dumps
-loads = orjson.loads
-"""The one JSON parser of stored bytes (bytes or str in; ``ValueError`` on bad JSON)."""
 
 
 def _dumps(value: Any) -> str:
@@ -139,11 +137,6 @@ def canonical_hash(value: JSONValue) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def checksum(body: str | bytes) -> str:
-    """CRC-32 of a record's UTF-8 bytes, as 8 hex digits."""
-    return f"{zlib.crc32(body.encode() if isinstance(body, str) else body):08x}"
-
-
 # --------------------------------------------------------------------------- records
 
 
@@ -213,7 +206,7 @@ class PackedRecords:
             return None
         try:
             for (seq, _, _), value in zip(index, values, strict=True):
-                _check_record_shape(value, seq, current)
+                accept_parsed(value, seq, current)
         except ValueError:
             return None
         return values
@@ -282,7 +275,7 @@ def segment_seal(index_text: bytes, bodies: bytes) -> str:
 
 def pack_records(records: Sequence[StoredRecord], current: int = SCHEMA_VERSION) -> tuple[Segment, list[int]] | None:
     """A segment of the longest run of ``records`` (consecutive seqs from the first) that pass
-    every record check (size, checksum, parse, shape: ``validate_record``), and the seqs of the
+    every record check (size, checksum, parse, shape: ``acceptance.accept``), and the seqs of the
     snapshots in it; None if the first does not. A damaged record is never packed: it stays
     where it is, so it is reported as itself, and so is everything after it."""
     kept: list[tuple[int, str, bytes, bool]] = []
@@ -296,7 +289,7 @@ def pack_records(records: Sequence[StoredRecord], current: int = SCHEMA_VERSION)
             except UnicodeEncodeError:  # a lone surrogate: not a record anyone could read
                 break
         try:
-            value = _parse_one(StoredRecord(record.seq, body, record.checksum), current)
+            value = accept(record.seq, body, record.checksum, current)
         except (ValueError, IncompatibleSchema):
             break
         kept.append((record.seq, record.checksum, body, is_snapshot(value)))
@@ -313,6 +306,21 @@ def pack_records(records: Sequence[StoredRecord], current: int = SCHEMA_VERSION)
     bodies = b"[" + b",".join(body for _, _, body, _ in kept) + b"]"
     segment = Segment(kept[0][0], kept[-1][0], index_text, bodies, segment_seal(index_text, bodies))
     return segment, snapshots
+
+
+def accept_before_save(fields: dict[str, JSONValue], state: RunState) -> None:
+    """The write-time acceptance: raise ``UnloadableState`` unless the small ``fields`` the encoder
+    is about to write (``state.small_fields()``) pass ``acceptance.accept_fields``, the check
+    every load makes of what it folded. So a save that no load would accept is never written,
+    let alone acknowledged. (The values are checked, not a re-parse of the encoded text: a few
+    microseconds a save.)"""
+    try:
+        accept_fields(fields)
+    except ValueError as exc:
+        raise UnloadableState(
+            f"save {state.save_seq} of run {state.run_id!r} was refused before it was written: {exc}; "
+            "every load would refuse it (nothing was saved, the run stays at its last save point)"
+        ) from None
 
 
 class Encoder:
@@ -351,6 +359,7 @@ class Encoder:
         changed: list[str] = []
         saved = _NO_TEXTS if previous is None else previous
         fields = state.small_fields()
+        accept_before_save(fields, state)
         if state.schema_version >= 2:  # derived by the reader: not compared, not written
             del fields["save_seq"], fields["message_count"]
         texts: dict[str, str] = {}
@@ -394,9 +403,12 @@ class Encoder:
         *,
         force_snapshot: bool = False,
         ledger: Sequence[LedgerEntry] = (),
+        account: dict[str, JSONValue] | None = None,
     ) -> EncodedSave:
         """Encode the next save of ``state``. ``state.save_seq`` must already be the new seq.
-        Raises ``NotJSONValue`` (naming the path) before anything is written."""
+        ``account``: the record's own keys saying how calls were settled and what a resume
+        found (``settled``, ``resumed``: ``with_account``). Raises ``NotJSONValue`` (naming the
+        path) before anything is written."""
         previous = self._saved_fields
         texts, changed = self._texts(state, previous)
         new_messages = state.messages[self._saved_messages :]
@@ -408,6 +420,10 @@ class Encoder:
         except (TypeError, ValueError, RecursionError):
             for index, message in enumerate(new_messages, start=self._saved_messages):
                 ensure_json(message, f"messages[{index}]")
+                try:
+                    _dumps(message)
+                except (TypeError, ValueError, RecursionError) as exc:  # e.g. a lone surrogate in a str
+                    raise NotJSONValue(f"messages[{index}]", message, f"it cannot be encoded ({exc})") from None
             raise NotJSONValue(
                 f"messages[{self._saved_messages}:]", new_messages, "they cannot be encoded as JSON"
             ) from None
@@ -430,6 +446,15 @@ class Encoder:
                 f'"snapshot":{"true" if snapshot else "false"},"msg_start":{self._saved_messages},'
                 f'"messages":{messages_text},"fields":{{{fields_text}}}}}'
             )
+        if account:
+            body = with_account(body, account)
+        try:
+            check = checksum(body)
+        except UnicodeEncodeError:  # a lone surrogate in a str field: no UTF-8 record can hold it
+            raise UnloadableState(
+                f"save {state.save_seq} of run {state.run_id!r} was refused before it was written: it holds "
+                "text that is not Unicode (a lone surrogate); nothing was saved"
+            ) from None
         self._pending = texts
         # Made at every save: filling the frozen dataclass's __dict__ at once (as summary_of
         # does) makes the same object as EncodedSave(...), without a setattr per field.
@@ -439,7 +464,7 @@ class Encoder:
             seq=state.save_seq,
             label=label,
             body=body,
-            checksum=checksum(body),
+            checksum=check,
             snapshot=snapshot,
             summary=summary_of(state),
             ledger=tuple(ledger),
@@ -480,13 +505,33 @@ class Encoder:
         self._since_snapshot = 0 if encoded.snapshot else self._since_snapshot + 1
 
 
+# --------------------------------------------------------------------------- the account of a save
+
+ACCOUNT_KEYS = ("settled", "resumed")
+"""Record keys after ``fields``, written only when set (docs/format.md, "The account of a
+save"): how the calls this record settles were settled, what a resume found. Absent: not
+recorded (older records, or nothing to say)."""
+
+
+def with_account(body: str, account: dict[str, JSONValue]) -> str:
+    """``body`` (a record's JSON object text) with the ``account`` keys appended."""
+    extra = "".join(f",{_encode_str(key)}:{_dumps(account[key])}" for key in ACCOUNT_KEYS if account.get(key))
+    return f"{body[:-1]}{extra}}}" if extra else body
+
+
 # --------------------------------------------------------------------------- version 2 pending calls
 
 _SNAPSHOT_TRUE = '"snapshot":true,'
 _NO_TEXTS: dict[str, str] = {}  # the saved texts before a first save: every field is new
 _KEY_TEXTS = {
     key: f"{_encode_str(key)}:"
-    for key in (*RunState(run_id="-", task="").small_fields(), "approvals", "conversation", "history_checked")
+    for key in (
+        *RunState(run_id="-", task="").small_fields(),
+        "approvals",
+        "conversation",
+        "history_checked",
+        "resumes",
+    )
 }
 _CALL_KEYS = ("id", "name", "input")
 
@@ -563,7 +608,7 @@ def _same_text(a: object, b: object) -> bool:
     return first is not None and first == _json_bytes(b)
 
 
-_OPTIONAL_FIELDS = ("approvals", "conversation", "history_checked")
+_OPTIONAL_FIELDS = ("approvals", "conversation", "history_checked", "resumes")
 """The small fields ``RunState.small_fields`` leaves out when unset (tests/unit/test_codec_v2.py
 checks this list)."""
 
@@ -839,73 +884,6 @@ class Decoded:
         return self._timeline
 
 
-def _parse_one(record: StoredRecord, current: int) -> dict[str, JSONValue]:
-    if len(record.body) > MAX_RECORD_BYTES:
-        raise ValueError(f"record is {len(record.body)} bytes, over the {MAX_RECORD_BYTES} cap")
-    if checksum(record.body) != record.checksum:
-        raise ValueError("checksum mismatch (torn or corrupted write)")
-    try:
-        value = loads(record.body)
-    except RecursionError as exc:  # deep nesting
-        raise ValueError("nesting too deep") from exc
-    _check_record_shape(value, record.seq, current)
-    return value  # type: ignore[no-any-return]
-
-
-def validate_record(value: object, seq: int, current: int) -> None:
-    """The one check of a parsed record's shape, on every decode path: raise ``ValueError`` (or
-    ``IncompatibleSchema`` for a newer schema) unless ``value`` is save record ``seq``."""
-    _check_record_shape(value, seq, current)
-
-
-def _check_record_shape(value: object, seq: int, current: int) -> None:
-    if type(value) is dict:  # the common case, checked in one expression (20,000 times a resume)
-        version = value.get("v")
-        if (
-            type(version) is int
-            and version <= current
-            and value.get("seq") == seq
-            and type(value.get("messages")) is list
-            and type(value.get("fields")) is dict
-            and type(value.get("msg_start")) is int
-        ):
-            return
-    _explain_record_shape(value, seq, current)
-
-
-def _explain_record_shape(value: object, seq: int, current: int) -> None:
-    if not isinstance(value, dict):
-        raise ValueError("record is not a JSON object")
-    version = value.get("v")
-    if type(version) is not int:
-        raise ValueError("record has no schema version")
-    if version > current:
-        raise IncompatibleSchema(
-            f"save record {seq} was written with checkpoint schema {version}, newer than the {current} "
-            "this unbroken understands; upgrade unbroken to load it (nothing was changed)"
-        )
-    if value.get("seq") != seq:
-        raise ValueError(f"record claims seq {value.get('seq')!r}")
-    if not isinstance(value.get("messages"), list) or not isinstance(value.get("fields"), dict):
-        raise ValueError("record lacks messages or fields")
-    if type(value.get("msg_start")) is not int:
-        raise ValueError("record lacks msg_start")
-
-
-_REQUIRED_FIELDS = (
-    "run_id",
-    "task",
-    "schema_version",
-    "save_seq",
-    "turns",
-    "tokens_used",
-    "phase",
-    "message_count",
-    "created_at",
-    "updated_at",
-)
-
-
 def decode(
     run_id: str,
     records: Iterable[StoredRecord | Segment] | PackedRecords,
@@ -1038,7 +1016,6 @@ def _parse_each(
     segment was measured no faster than one a record, so the careful read stays record by record.)"""
     iterator = iter(records)
     expected: int | None = None
-    crc = zlib.crc32
     try:
         for item in iterator:
             pieces: Iterable[StoredRecord]
@@ -1057,32 +1034,11 @@ def _parse_each(
             else:
                 pieces = (item,)  # type: ignore[assignment]
             for record in pieces:
-                seq, body = record.seq, record.body
-                # The checks of ``_parse_one`` inlined for the intact case (20,000 records a resume);
-                # anything unusual goes through ``_parse_one`` itself, which says what is wrong.
-                value = None
-                if (expected is None or seq == expected) and len(body) <= MAX_RECORD_BYTES:
-                    try:  # (a str with a lone surrogate cannot be encoded: judged by _parse_one)
-                        raw = body if type(body) is bytes else body.encode()  # type: ignore[union-attr]
-                        if f"{crc(raw):08x}" == record.checksum:
-                            value = loads(raw)
-                    except (ValueError, RecursionError):
-                        value = None
-                    if not (
-                        type(value) is dict
-                        and type(value.get("v")) is int
-                        and value["v"] <= current
-                        and value.get("seq") == seq
-                        and type(value.get("messages")) is list
-                        and type(value.get("fields")) is dict
-                        and type(value.get("msg_start")) is int
-                    ):
-                        value = None
+                seq = record.seq
                 try:
-                    if value is None:
-                        if expected is not None and seq != expected:
-                            raise ValueError(f"record {expected} is missing")
-                        value = _parse_one(record, current)
+                    if expected is not None and seq != expected:
+                        raise ValueError(f"record {expected} is missing")
+                    value = accept(seq, record.body, record.checksum, current)
                 except ValueError as exc:
                     outcome.corrupt_seq = seq
                     outcome.problem = f"save record {seq} of run {run_id!r} is damaged: {exc}"
@@ -1185,7 +1141,7 @@ def _fold(
         fields["message_count"] = len(messages)
     if calls_from is not None and calls_from["v"] >= 2:
         fields["pending_calls"] = _expand_calls(fields["pending_calls"], calls_from, run_id)
-    validate_fields(fields)
+    accept_fields(fields)
     if fields["message_count"] != len(messages):
         raise ValueError(f"state says {fields['message_count']} messages, records hold {len(messages)}")
     if fields["run_id"] != run_id:
@@ -1231,42 +1187,6 @@ def _fold_fields_held(
             )
     held.clear()
     return calls_from
-
-
-_INT_FIELDS = ("schema_version", "save_seq", "turns", "tokens_used", "message_count")
-
-
-def validate_fields(fields: dict[str, JSONValue]) -> None:
-    """Raise ``ValueError`` unless the folded small fields make a valid state (every decode
-    path, whole or windowed, ends here)."""
-    missing = [name for name in _REQUIRED_FIELDS if name not in fields]
-    if missing:
-        raise ValueError(f"fields missing: {', '.join(missing)}")
-    _check_field_types(fields)
-
-
-def _check_field_types(fields: dict[str, JSONValue]) -> None:
-    """A record can pass its checksum and still hold nonsense (written by hand, or by a bug):
-    refuse a state whose counters, phase or containers have the wrong type."""
-    for name in _INT_FIELDS:
-        value = fields.get(name)
-        if type(value) is not int or value < 0:
-            raise ValueError(f"field {name} is {value!r}, not a non-negative integer")
-    if fields.get("phase") not in PHASES:
-        raise ValueError(f"field phase is {fields.get('phase')!r}, not one of {', '.join(PHASES)}")
-    for name in ("run_id", "task"):
-        if type(fields.get(name)) is not str:
-            raise ValueError(f"field {name} is not a string")
-    for name, kind in (("business_state", dict), ("pending_calls", list), ("results", dict), ("usage", dict)):
-        if name in fields and type(fields[name]) is not kind:
-            raise ValueError(f"field {name} is a {type(fields[name]).__name__}, not a {kind.__name__}")
-    for name in ("created_at", "updated_at"):
-        value = fields.get(name)
-        if type(value) not in (int, float):
-            raise ValueError(f"field {name} is {value!r}, not a number")
-    checked = fields.get("history_checked", 0)
-    if type(checked) is not int or not 0 <= checked <= fields["message_count"]:
-        raise ValueError(f"field history_checked is {checked!r}, not a message index")
 
 
 def peek_version(record: StoredRecord) -> int | None:

@@ -29,12 +29,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from . import approvals, conversation, crashpoints, hooks
-from .errors import ModelCallFailed, RunInterrupted
+from .codec import ensure_json
+from .errors import ModelCallFailed, NotJSONValue, RunInterrupted
 from .execution import cut_result, invoke_async, invoke_sync, timed_out_result
 from .ledger import EffectLedger
 from .model import ModelTurn, ToolSpec
 from .reconcile import Decision, acall_probe, after_probe, call_probe, decide_first
-from .state import JSONValue, LedgerEntry, ToolCall, ToolResult
+from .state import JSONValue, LedgerEntry, Settlement, SettlementOutcome, ToolCall, ToolResult
 from .tools import NotExecuted, Tool
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ class Job:
     resuming: bool
     view: dict[str, JSONValue]
     base: dict[str, str] = field(default_factory=dict)
+    settlement: Settlement | None = None
     result: ToolResult | None = None
     done: bool = False
 
@@ -107,6 +109,10 @@ def run_steps(session: RunSession) -> Steps:
     state = session.state
     if state.finished:
         return
+    if session.resumed and state.phase in ("awaiting_model", "running_tools"):
+        # One record per resume of a run that was running (a crash, or a stop on request): what
+        # it found, counted. A run waiting for a person is not resumed until a person acts.
+        session.record_resume()
     if not (yield from _settle(session, state.dangling_calls(), resuming=True)):
         return
     session.resume_seconds = session.since_start()
@@ -143,35 +149,43 @@ def run_steps(session: RunSession) -> Steps:
 
 def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Generator[Operation, Any, bool]:
     """Settle ``calls`` in order; unknown outcomes last, so that a policy that stops the run
-    never leaves a call it already claimed unexecuted. False when the run must stop here."""
+    never leaves a call it already claimed unexecuted. False when the run must stop here.
+    Each call's settlement (what was found, asked, decided and why) is saved in the record that
+    settles it (``account``)."""
     state = session.state
     if state.phase not in ("running_tools", "paused", "awaiting_approval"):
         return True
     if not approvals.gate(session, calls):  # a call waits for a person: saved, nothing started
         return False
     capped = _count_attempts(session, calls) if resuming else {}
-    unknown: list[tuple[ToolCall, Decision]] = []
+    unknown: list[tuple[ToolCall, Decision, Settlement | None]] = []
     running = 0
     for call in calls:
         tool = session.agent.tools.get(call.name)
         decision = capped.get(call.idempotency_key) or approvals.answer(session, call)
         if decision is None:
             decision = decide_first(call, tool, session.ledger, state.resolutions.get(call.idempotency_key))
+        grace = 0.0
         if decision.action == "probe":
             in_doubt = decision.entry
             assert tool is not None and in_doubt is not None
             answer, error = yield Probe(tool, call)
-            if isinstance(answer, NotExecuted) and session.heartbeat.guard.wait_before_trusting_absence():
-                # The previous holder might have acted while we waited for it to be unable to: ask again.
-                answer, error = yield Probe(tool, call)
+            if isinstance(answer, NotExecuted):
+                grace = session.heartbeat.guard.absence_needs_wait()
+                if session.heartbeat.guard.wait_before_trusting_absence():
+                    # The previous holder might have acted while we waited for it to be unable to: ask again.
+                    answer, error = yield Probe(tool, call)
+                else:
+                    grace = 0.0
             if call.idempotency_key in capped and isinstance(answer, NotExecuted) and error is None:
                 decision = _never_ran(call, decision)  # proven not to have happened; still not run again
             else:
                 decision = after_probe(call, in_doubt, session.ledger, answer, error)
         if resuming:
             hooks.reconcile_decision(session, call, decision)
+        settlement = account(session, call, tool, decision, resuming=resuming, grace=grace)
         if decision.action == "unknown":
-            unknown.append((call, decision))
+            unknown.append((call, decision, settlement))
         elif decision.action == "answer":
             assert decision.result is not None
             if resuming:
@@ -181,11 +195,11 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
             entry = decision.entry
             if entry is not None and entry.result is not None:
                 entry = replace(entry, result=cut_result(entry.result, session.agent.max_result_bytes))
-            session.record_result(call, result, entry)
+            session.record_result(call, result, entry, settlement)
         else:
             assert tool is not None
             hooks.tool_started(session, call, tool)
-            finished = yield Start(_job(session, call, tool, decision, resuming))
+            finished = yield Start(_job(session, call, tool, decision, resuming, settlement))
             running += 1
             for job in finished:
                 running -= 1
@@ -194,12 +208,52 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
         for job in (yield Wait()):
             running -= 1
             unknown += _record(session, job)
-    for call, decision in unknown:
-        if not session.handle_unknown(call, decision):
+    for call, decision, settlement in unknown:
+        if not session.handle_unknown(call, decision, settlement):
             return False
     if state.phase in ("running_tools", "paused") and not state.dangling_calls():
         session.finish_tools()  # every call was answered before (by hand, or by an older save)
     return True
+
+
+_HOW_OUTCOME: dict[str, SettlementOutcome] = {"reused": "reused", "probed": "probed", "resolved": "resolved"}
+
+
+def account(
+    session: RunSession, call: ToolCall, tool: Tool | None, decision: Decision, *, resuming: bool, grace: float = 0.0
+) -> Settlement | None:
+    """How ``call`` is being settled, as its record will say it (``Settlement``); None for the
+    common case that needs no words: a call of a fresh turn started for the first time."""
+    attempt = 0
+    if decision.action == "execute":
+        if decision.entry is not None:
+            attempt = decision.entry.attempts
+        elif resuming and tool is not None and tool.effect == "read_only":
+            attempt = session.state.attempts.get(call.idempotency_key, 0) + 2  # the first run, the marks, this
+        else:
+            attempt = 1
+        if not resuming and attempt == 1 and decision.ledger is None:
+            return None
+        outcome: SettlementOutcome = "ran"
+    elif decision.action == "answer":
+        assert decision.result is not None
+        outcome = _HOW_OUTCOME.get(decision.result.how, "not_run")
+    else:
+        outcome = "unknown"  # "probe" is decided before this is asked
+    reason = decision.reason
+    if outcome == "not_run" and not reason and decision.result is not None:
+        reason = decision.result.content[:300]
+    return Settlement(
+        call_id=call.id,
+        tool=call.name,
+        outcome=outcome,
+        ledger=decision.ledger,
+        probe=decision.probe,
+        attempt=attempt,
+        grace=round(grace, 3),
+        resumed=resuming,
+        reason=reason,
+    )
 
 
 def _count_attempts(session: RunSession, calls: list[ToolCall]) -> dict[str, Decision]:
@@ -207,19 +261,17 @@ def _count_attempts(session: RunSession, calls: list[ToolCall]) -> dict[str, Dec
     started ``max_attempts`` times. Only starts that really happened count: a side effect's or
     idempotent tool's ledger intents (each saved right before it runs), a read-only call's
     durable marks (``_mark_started``, saved right before it runs again after a crash) plus the
-    first run; a kill before either mark costs nothing. One ``attempt`` save marks where the
-    run resumed (``unbroken history`` shows it); it counts nothing."""
+    first run; a kill before either mark costs nothing. A call that cannot bind to its tool
+    is never started (``reconcile.unbindable``), so it is never counted."""
     state = session.state
     cap = session.agent.max_attempts
     capped: dict[str, Decision] = {}
-    resumed = False
     if state.phase != "running_tools":
         return capped  # paused or awaiting approval: a person settles it; nothing was running
     for call in calls:
         tool = session.agent.tools.get(call.name)
         if tool is None or call.error is not None:
             continue  # never executed here
-        resumed = True
         if tool.effect == "read_only":
             marks = state.attempts.get(call.idempotency_key, 0)
             if marks + 1 >= cap:  # the first run, and each durable re-start mark
@@ -228,8 +280,6 @@ def _count_attempts(session: RunSession, calls: list[ToolCall]) -> dict[str, Dec
         entry = session.ledger.get(call.idempotency_key)
         if entry is not None and entry.status in ("pending", "unknown") and entry.attempts >= cap:
             capped[call.idempotency_key] = _past_cap(session, call, tool, entry.attempts, entry)
-    if resumed:
-        session.save("attempt")
     return capped
 
 
@@ -246,14 +296,19 @@ def _past_cap(session: RunSession, call: ToolCall, tool: Tool, tried: int, entry
         f"{started} before its result was saved (os._exit, a crash, out of memory?); it is not run again "
         f"(Agent max_attempts={session.agent.max_attempts})"
     )
+    found = entry.status if entry is not None else None
     if tool.effect == "side_effect" and entry is not None:
         # Its probe is still asked: a result it finds is the call's result, and "never ran" is
         # a known outcome (told to the model as not done), though the call is not run again.
-        return Decision("probe" if tool.probe is not None else "unknown", entry=entry, reason=why)
+        if tool.probe is None:
+            return Decision("unknown", entry=entry, reason=why, ledger=found, probe="none")
+        return Decision("probe", entry=entry, reason=why, ledger=found)
     result = ToolResult(
         call.id, f"NOT RUN AGAIN: the call to {call.name} (call id {call.id}): {why}.", True, "attempts_exhausted"
     )
-    return Decision("answer", result, EffectLedger.outcome(entry, result) if entry is not None else None)
+    return Decision(
+        "answer", result, EffectLedger.outcome(entry, result) if entry is not None else None, why, ledger=found
+    )
 
 
 def _never_ran(call: ToolCall, capped: Decision) -> Decision:
@@ -263,7 +318,8 @@ def _never_ran(call: ToolCall, capped: Decision) -> Decision:
         f"is not run again: {capped.reason}. Call it again if it is still needed."
     )
     result = ToolResult(call.id, text, True, "attempts_exhausted")
-    return Decision("answer", result, EffectLedger.outcome(capped.entry, result) if capped.entry else None)
+    outcome = EffectLedger.outcome(capped.entry, result) if capped.entry else None
+    return Decision("answer", result, outcome, capped.reason, ledger=capped.ledger, probe="not_executed")
 
 
 def _mark_started(session: RunSession, job: Job) -> None:
@@ -277,37 +333,77 @@ def _mark_started(session: RunSession, job: Job) -> None:
         session.save("attempt")
 
 
-def _job(session: RunSession, call: ToolCall, tool: Tool, decision: Decision, resuming: bool) -> Job:
+def _job(
+    session: RunSession, call: ToolCall, tool: Tool, decision: Decision, resuming: bool, settlement: Settlement | None
+) -> Job:
     if not tool.takes_state:
-        return Job(call, tool, decision, resuming, session.state.business_state)
+        return Job(call, tool, decision, resuming, session.state.business_state, settlement=settlement)
     view = copy.deepcopy(session.state.business_state)
-    return Job(call, tool, decision, resuming, view, {key: _text(value) for key, value in view.items()})
+    base = {key: _text(value) for key, value in view.items()}
+    return Job(call, tool, decision, resuming, view, base, settlement=settlement)
 
 
 def _text(value: JSONValue) -> str:
     return json.dumps(value, sort_keys=True, default=repr)
 
 
-def _record(session: RunSession, job: Job) -> list[tuple[ToolCall, Decision]]:
-    """Make a finished job's result durable with its ledger outcome and its state change;
-    a timed-out side effect is returned as an unknown outcome instead."""
+def _record(session: RunSession, job: Job) -> list[tuple[ToolCall, Decision, Settlement | None]]:
+    """Make a finished job's result durable with its ledger outcome, its state change and its
+    settlement; a timed-out side effect is returned as an unknown outcome instead."""
     call, tool, decision = job.call, job.tool, job.decision
+    settlement = job.settlement
+    in_doubt = _in_doubt(job)
+    if in_doubt is not None:
+        assert in_doubt.entry is not None
+        ran = settlement or Settlement(call.id, call.name, "unknown", attempt=in_doubt.entry.attempts)
+        return [(call, in_doubt, replace(ran, reason=in_doubt.reason))]
     if job.result is None:
         if tool.effect == "side_effect":
             assert decision.entry is not None
             why = f"it did not return within its timeout of {tool.timeout:g} s and may still act"
-            return [(call, Decision("unknown", entry=decision.entry, reason=why))]
+            unknown = Decision("unknown", entry=decision.entry, reason=why, ledger=decision.ledger)
+            ran = settlement or Settlement(call.id, call.name, "unknown", attempt=decision.entry.attempts)
+            return [(call, unknown, replace(ran, reason=why))]
         result = timed_out_result(tool, call)
     else:
         result = cut_result(job.result, session.agent.max_result_bytes)
         if tool.takes_state:
-            _merge(session.state.business_state, job.view, job.base)
+            refused = unsaveable_change(job.view, job.base)
+            if refused is None:
+                _merge(session.state.business_state, job.view, job.base)
+            else:  # the tool's own mistake: this call fails, once; nothing of its change is kept
+                result = _refused_change(call, result, refused)
     if job.resuming:
         session.reconciled.append((call.id, call.name, "re-run" if tool.effect != "side_effect" else "executed"))
     entry = EffectLedger.outcome(decision.entry, result) if decision.entry is not None else None
-    session.record_result(call, result, entry)
+    session.record_result(call, result, entry, settlement)
     crashpoints.hit("tool.after_outcome")
     return []
+
+
+def _in_doubt(job: Job) -> Decision | None:
+    """A tool that may have acted but cannot tell (it raised ``OutcomeUnknown``: a connection
+    broke mid-call) has an unknown outcome, settled by the run's ``unknown_policy``, when it
+    is not read-only; a read-only one just failed."""
+    result = job.result
+    if result is None or result.how != "unknown":
+        return None
+    if job.tool.effect == "read_only" or job.decision.entry is None:
+        job.result = replace(result, how="executed")
+        return None
+    return Decision("unknown", entry=job.decision.entry, reason=result.content, ledger=job.decision.ledger)
+
+
+def unsaveable_change(view: dict[str, JSONValue], base: dict[str, str]) -> NotJSONValue | None:
+    """The error a tool's change to its copy of business_state would raise at the save (a value
+    that is not JSON), found before anything is merged; None when the change can be saved."""
+    for key, value in view.items():
+        if key not in base or base[key] != _text(value):
+            try:
+                ensure_json(value, f"business_state.{key}")
+            except NotJSONValue as exc:
+                return exc
+    return None
 
 
 def _merge(live: dict[str, JSONValue], view: dict[str, JSONValue], base: dict[str, str]) -> None:
@@ -318,6 +414,14 @@ def _merge(live: dict[str, JSONValue], view: dict[str, JSONValue], base: dict[st
     for key in base:
         if key not in view:
             live.pop(key, None)
+
+
+def _refused_change(call: ToolCall, result: ToolResult, error: NotJSONValue) -> ToolResult:
+    text = (
+        f"Error: the call to {call.name} (call id {call.id}) returned, but its change to business_state "
+        f"cannot be saved and was not kept: {error}. Its output was: {result.content}"
+    )
+    return ToolResult(call.id, text, True, result.how)
 
 
 # ---------------------------------------------------------------------- the execute point

@@ -11,7 +11,8 @@
     │   └── TaskMismatch            an existing run id was given a different task
     ├── StateError                  the state itself is not storable
     │   ├── NotJSONValue            a value that is not plain JSON (names its path)
-    │   └── RecordTooLarge          a save no load could read back (over the record cap)
+    │   ├── RecordTooLarge          a save no load could read back (over the record cap)
+    │   └── UnloadableState         a save no load would accept (a field out of its rules)
     ├── StoreError                  the store could not do what was asked
     │   ├── StoreUnavailable        cannot reach / open / write the store
     │   ├── RunNotFound             no checkpoint under that run id
@@ -21,11 +22,13 @@
     │   ├── ConcurrentSave          someone else advanced the run first
     │   ├── Unsupported             this store cannot do that (says which can)
     │   │   └── MissingStoreFeature the storage service lacks a feature (names it)
-    │   └── InsufficientDurability  the server persists less than the URL asks
+    │   ├── InsufficientDurability  the server persists less than the URL asks
+    │   └── StoreDataLost           a run's head or records vanished under its live holder
     ├── LeaseError
     │   ├── LeaseHeld               another live worker owns the run
     │   └── LeaseLost               our lease was taken over; our write changed nothing
     ├── IdempotencyConflict         one idempotency key, two different argument sets
+    ├── OutcomeUnknown              raised by a tool: it cannot tell whether it acted
     ├── ApprovalError               no such approval request, or it names other arguments
     │   └── ApprovalExpired         the request is older than its tool's approval_ttl
     ├── ModelCallFailed             the model call raised; the run stays at its last save point
@@ -41,7 +44,7 @@ class UnbrokenError(Exception):
     """unbroken failed."""
 
     def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or (type(self).__doc__ or "").strip())
+        super().__init__(message or " ".join((type(self).__doc__ or "").split()))
 
 
 class ConfigError(UnbrokenError):
@@ -79,6 +82,7 @@ class NotJSONValue(StateError):
         self.path = path
         kind = type(value).__name__
         reason = why or f"a {kind} is not JSON"
+        self.why = reason
         super().__init__(
             f"{path}: {reason}. Only dict (str keys), list, str, int, finite float, bool and None "
             "can be saved; store a descriptor (an id, a URL, a path) instead of a live object."
@@ -87,6 +91,10 @@ class NotJSONValue(StateError):
 
 class RecordTooLarge(StateError):
     """This save would be larger than the record cap every load enforces; nothing was saved."""
+
+
+class UnloadableState(StateError):
+    """This save holds a field that every load would refuse (docs/format.md, "Acceptance"); nothing was saved."""
 
 
 class StoreError(UnbrokenError):
@@ -133,6 +141,15 @@ class InsufficientDurability(StoreError):
     """The store's server keeps writes less durably than the store URL asks (the message says what to set)."""
 
 
+class StoreDataLost(StoreError):
+    """The store lost this run's data while this process held its lease (its head vanished, or its fence
+    or save number went backwards): a server restarted without its data, keys evicted under memory
+    pressure, or the run deleted or restored from an older backup. Nothing was written and the run
+    stopped. Starting it again from its task would begin from nothing or an older save point and could
+    repeat side effects already done: restore the store from a backup or settle the run's effects by
+    hand, and fix what lost the data (docs/guarantees.md, section 12)."""
+
+
 class LeaseError(UnbrokenError):
     """The run's lease is not ours."""
 
@@ -147,6 +164,10 @@ class LeaseLost(LeaseError):
 
 class IdempotencyConflict(UnbrokenError):
     """This idempotency key was already used with different arguments; nothing was executed."""
+
+
+class OutcomeUnknown(UnbrokenError):
+    """The tool cannot tell whether it acted (its request may have reached the service before the connection broke)."""
 
 
 class ApprovalError(UnbrokenError):

@@ -12,7 +12,7 @@ import logging
 import threading
 from typing import Any
 
-from .errors import LeaseError
+from .errors import LeaseError, OutcomeUnknown
 from .reconcile import render_content
 from .state import JSONValue, ToolCall, ToolResult
 from .tools import Tool
@@ -53,6 +53,8 @@ def _call_sync(tool: Tool, call: ToolCall, business_state: dict[str, JSONValue])
             value = asyncio.run(_await(value))
     except LeaseError:
         raise  # the tool's own lease check (or fenced service) refused: nothing was done
+    except OutcomeUnknown as exc:
+        return outcome_unknown(call, exc)
     except Exception as exc:
         return failed(tool, call, exc)
     return ToolResult(call.id, render_content(value))
@@ -79,6 +81,8 @@ async def invoke_async(tool: Tool, call: ToolCall, business_state: dict[str, JSO
                 value = await value
     except LeaseError:
         raise  # the tool's own lease check (or fenced service) refused: nothing was done
+    except OutcomeUnknown as exc:
+        return outcome_unknown(call, exc)
     except Exception as exc:
         if isinstance(exc, TimeoutError) and scope.expired():
             return None
@@ -120,6 +124,13 @@ def failed(tool: Tool, call: ToolCall, exc: Exception) -> ToolResult:
     """The model sees the exception's type and message; the developer gets the traceback."""
     log.error("tool %s raised %s (call %s)", tool.name, type(exc).__name__, call.id, exc_info=exc)
     return ToolResult(call.id, f"{type(exc).__name__}: {exc}", is_error=True)
+
+
+def outcome_unknown(call: ToolCall, exc: OutcomeUnknown) -> ToolResult:
+    """The tool raised ``OutcomeUnknown``: a result marked ``how="unknown"`` whose content is
+    the reason; the engine settles it as an unknown outcome (see ``engine._record``)."""
+    log.warning("tool %s could not tell whether it acted (call %s): %s", call.name, call.id, exc)
+    return ToolResult(call.id, str(exc), is_error=True, how="unknown")
 
 
 def timed_out_result(tool: Tool, call: ToolCall) -> ToolResult:

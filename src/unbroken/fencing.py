@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from . import clock
-from .errors import LeaseLost, UnbrokenError
+from .errors import LeaseLost, StoreDataLost, UnbrokenError
 from .state import Lease
 from .stores.base import Store
 
@@ -77,7 +77,8 @@ class LeaseGuard:
         self.takeover = takeover or Takeover("fresh")
         self.grace = ttl if grace is None else grace
         self.min_remaining = ttl / 2 if min_remaining is None else min_remaining
-        self.lost: LeaseLost | None = None
+        self.lost: LeaseLost | StoreDataLost | None = None
+        """Why the lease is gone for good, once a renewal found out: taken over, or the store lost the run."""
         self._lease = lease
         self._lock = threading.Lock()
         sent = clock.monotonic() if obtained_at is None else obtained_at
@@ -123,14 +124,15 @@ class LeaseGuard:
 
     def renew(self) -> Lease:
         """One store round trip extending the lease (compare-and-set on the fence). Raises
-        ``LeaseLost`` (and remembers it) when another holder took the run; other store
-        errors propagate unchanged."""
+        ``LeaseLost`` (and remembers it) when another holder took the run, ``StoreDataLost``
+        (remembered too) when the store lost the run's head under us; other store errors
+        propagate unchanged."""
         if self.lost is not None:
             raise self.lost
         sent = clock.monotonic()
         try:
             lease = self.store.renew_lease(self._lease, self.ttl)
-        except LeaseLost as exc:
+        except (LeaseLost, StoreDataLost) as exc:
             self.lost = exc
             raise
         with self._lock:
@@ -141,7 +143,8 @@ class LeaseGuard:
     def check(self, min_remaining: float | None = None) -> Lease:
         """Prove, with a store round trip, that the lease is still ours and at least
         ``min_remaining`` seconds of it are left (default: the guard's ``min_remaining``).
-        Raises ``LeaseLost`` otherwise: the caller must not act. Safe to call any number of times."""
+        Raises ``LeaseLost`` otherwise (``StoreDataLost`` when the store lost the run: told as
+        such, never as a takeover): the caller must not act. Safe to call any number of times."""
         need = self.min_remaining if min_remaining is None else min_remaining
         for _ in range(_SLOW_RENEWAL_RETRIES):
             try:
@@ -151,6 +154,8 @@ class LeaseGuard:
                     f"lease on run {self.run_id!r} (fence {self.fence}) is no longer ours: another process took "
                     "the run over. Nothing was executed by this process after the check."
                 ) from exc
+            except StoreDataLost:
+                raise
             except UnbrokenError as exc:
                 raise LeaseLost(
                     f"could not confirm the lease on run {self.run_id!r} ({type(exc).__name__}: {exc}); not "

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 from . import clock
-from .errors import LeaseHeld, LeaseLost
+from .errors import LeaseHeld, LeaseLost, StoreDataLost
 from .fencing import LeaseGuard, Takeover
 from .state import Lease, check_run_id
 from .stores.backend import RunHead
@@ -163,7 +163,7 @@ class Heartbeat:
         return self.guard.lease
 
     @property
-    def lost(self) -> LeaseLost | None:
+    def lost(self) -> LeaseLost | StoreDataLost | None:
         return self.guard.lost
 
     def __enter__(self) -> Heartbeat:
@@ -178,7 +178,7 @@ class Heartbeat:
         while not self._stop.wait(self.ttl / 3):
             try:
                 self.guard.renew()
-            except LeaseLost:
+            except (LeaseLost, StoreDataLost):  # for good: the next check or save raises it
                 return
             except Exception:  # the store is briefly unreachable: try again at the next beat
                 continue

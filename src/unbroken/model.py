@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from .state import JSONValue, ToolCall, ToolResult
+from .usage import add_usage as add_usage  # (its home is usage.py; kept importable from here)
 
 
 @dataclass(frozen=True)
@@ -113,22 +114,3 @@ class JSONMessages(Protocol):
 def messages_are_json(model: Model) -> bool:
     """Whether ``model`` declares (``JSONMessages``) that its messages are plain parsed JSON."""
     return isinstance(model, JSONMessages) and model.messages_are_json is True
-
-
-def add_usage(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
-    """Sum two provider usage objects key by key (nested dicts too); keeps every key."""
-    merged = dict(total)
-    for key, value in usage.items():
-        if isinstance(value, bool) or value is None:
-            merged.setdefault(key, value)
-        elif isinstance(value, (int, float)):
-            previous = merged.get(key)
-            merged[key] = (
-                previous if isinstance(previous, (int, float)) and not isinstance(previous, bool) else 0
-            ) + value
-        elif isinstance(value, dict):
-            previous = merged.get(key)
-            merged[key] = add_usage(previous if isinstance(previous, dict) else {}, value)
-        else:
-            merged[key] = value
-    return merged

@@ -39,19 +39,15 @@ from typing import IO, Any
 import orjson
 
 from . import clock
+from .acceptance import accept, accept_fields
 from .codec import (
-    MAX_RECORD_BYTES,
     MIGRATIONS,
     Decoded,
     Migrations,
-    checksum,
     fold_fields,
     is_snapshot,
-    loads,
     reads_natively,
     save_info,
-    validate_fields,
-    validate_record,
 )
 from .errors import CorruptCheckpoint
 from .state import JSONValue, RunState, SaveInfo, check_run_id
@@ -73,23 +69,16 @@ Record = dict[str, Any]
 def parse_record(
     seq: int, body: str | bytes, check: str, migrations: Migrations = MIGRATIONS, *, same_schema: bool = True
 ) -> Record:
-    """One stored record, checked like ``codec.decode`` checks it (size, CRC, JSON, shape).
+    """One stored record, accepted as every reader accepts it (``acceptance.accept``: size, CRC,
+    JSON, shape); what it refuses is ``Unusual``, for the whole-run decode to report.
     ``same_schema``: a record from a schema read only through a migration is unusual too."""
-    current = migrations.current
     try:
-        raw = body if isinstance(body, bytes) else body.encode()
-    except UnicodeEncodeError as exc:
-        raise Unusual(f"record {seq} is not UTF-8") from exc
-    if len(raw) > MAX_RECORD_BYTES or checksum(raw) != check:
-        raise Unusual(f"record {seq} fails its size or checksum")
-    try:
-        value = loads(raw)
-        validate_record(value, seq, current)  # IncompatibleSchema (newer) propagates, as in decode
-    except (ValueError, RecursionError) as exc:
+        value = accept(seq, body, check, migrations.current)  # IncompatibleSchema (newer) propagates
+    except ValueError as exc:
         raise Unusual(f"record {seq}: {exc}") from exc
     if same_schema and not reads_natively(value["v"], migrations):
         raise Unusual(f"record {seq} has schema {value['v']}: the whole-run decode migrates it")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def iter_records(
@@ -258,7 +247,7 @@ def _tail(store: Store, run_id: str, want: int, migrations: Migrations) -> Decod
     for record in earlier + records:
         loaded.extend(record["messages"])
     try:
-        validate_fields(fields)
+        accept_fields(fields)
         if fields["message_count"] != count or fields["run_id"] != run_id:
             raise Unusual("fields do not match the records")
         state = RunState.from_parts(fields, loaded)  # every record read natively (no migration)
@@ -297,6 +286,8 @@ class TimelinePage:
     problem: str | None = None
     first: int | None = None
     records: list[Record] = field(default_factory=list, repr=False)
+    fields: dict[str, Any] | None = field(default=None, repr=False)
+    """The small fields folded through the page's last record (None: not read)."""
 
 
 def timeline_page(store: Store, run_id: str, first: int, last: int) -> TimelinePage:
@@ -316,11 +307,13 @@ def timeline_page(store: Store, run_id: str, first: int, last: int) -> TimelineP
         saves: list[SaveInfo] = []
         starts: list[int] = []
         records: list[Record] = []
+        folded: dict[str, Any] | None = None
         for record, fields in walk(store, run_id, max(1, first), last):
             records.append(record)
             saves.append(save_info(record, fields))
             starts.append(record["msg_start"])
-        return TimelinePage(saves, starts, head, first=1 if first == 1 else known, records=records)
+            folded = fields
+        return TimelinePage(saves, starts, head, first=1 if first == 1 else known, records=records, fields=folded)
     except Unusual:
         decoded = store.decode(run_id, recover=True)
         pairs = [
@@ -486,7 +479,7 @@ def _first_pass(store: Store, run_id: str, saves: IO[str], migrations: Migration
     if fields is None:
         raise Unusual("no records")
     try:
-        validate_fields(fields)
+        accept_fields(fields)
     except ValueError as exc:
         raise Unusual(str(exc)) from exc
     if fields["message_count"] != count or fields["run_id"] != run_id:

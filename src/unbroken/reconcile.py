@@ -9,15 +9,19 @@ side_effect     settled: reuse; never started: run; started but unsettled: ask t
                 Found -> its result, NotExecuted -> run, Unknown/no probe -> unknown outcome
 ==============  ==========================================================================
 
-A malformed call (unknown tool, arguments that are not an object) is answered with an
-``is_error`` result and never executed. A call whose tool was removed from the agent since it
-was recorded is settled from the ledger: reused if settled, an unknown outcome if it may have
-run, "not executed" only when nothing about it was ever claimed. An unknown outcome is never hidden: the runner's
-policy decides whether the model is told, the run pauses for a person, or the run fails.
+A malformed call (unknown tool, arguments that are not an object, or arguments that do not
+fit the tool's signature as it is now: ``unbindable``) is answered with an ``is_error``
+result and never executed; a side effect that may already have run before its signature
+changed is an unknown outcome instead. The same holds for a call whose tool was removed from
+the agent since it was recorded: settled from the ledger, reused if settled, an unknown outcome
+if it may have run, "not executed" only when nothing about it was ever claimed. An unknown
+outcome is never hidden: the runner's policy decides whether the model is told, the run
+pauses for a person, or the run fails.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from dataclasses import dataclass, replace
@@ -26,7 +30,7 @@ from typing import Any, Literal
 from .codec import ensure_json
 from .errors import NotJSONValue
 from .ledger import EffectLedger
-from .state import LedgerEntry, ToolCall, ToolResult
+from .state import LedgerEntry, ProbeAnswer, ToolCall, ToolResult
 from .tools import Found, NotExecuted, Tool, Unknown
 
 Action = Literal["execute", "answer", "unknown", "probe"]
@@ -38,12 +42,17 @@ class Decision:
     ``answer``: use ``result`` without running anything (``entry``, if set, is saved with it).
     ``unknown``: the outcome cannot be established (``entry`` is the in-doubt ledger entry).
     ``probe``: in doubt; ask the tool's probe, then ``after_probe`` decides (the engine's
-    driver calls the probe, awaiting it if it is async)."""
+    driver calls the probe, awaiting it if it is async).
+
+    The why, saved with the call's settlement: ``ledger``, the ledger status found (None: no
+    entry), ``probe``, the probe's answer (None: not asked), ``reason`` in words."""
 
     action: Action
     result: ToolResult | None = None
     entry: LedgerEntry | None = None
     reason: str = ""
+    ledger: str | None = None
+    probe: ProbeAnswer | None = None
 
 
 def to_content(value: Any) -> str:
@@ -77,9 +86,12 @@ def decide_first(call: ToolCall, tool: Tool | None, ledger: EffectLedger, resolu
     ledger (intent, retry); never runs the tool or the probe."""
     if call.error is not None:
         text = f"Error: {call.error}. The call was not executed."
-        return Decision("answer", ToolResult(call.id, text, True, "invalid"))
+        return Decision("answer", ToolResult(call.id, text, True, "invalid"), reason=call.error)
     if tool is None:
-        return _missing_tool(call, ledger)
+        return _not_runnable(call, None, ledger, f"there is no tool named {call.name!r}", resolution)
+    misfit = unbindable(tool, call)
+    if misfit is not None:
+        return _not_runnable(call, tool, ledger, misfit, resolution)
     if tool.effect == "read_only":
         return Decision("execute")
     claim = ledger.claim(call)
@@ -88,43 +100,97 @@ def decide_first(call: ToolCall, tool: Tool | None, ledger: EffectLedger, resolu
     entry = claim.entry
     if claim.outcome == "settled":
         assert entry.result is not None
-        return Decision("answer", replace(entry.result, call_id=call.id, how="reused"))
+        return Decision("answer", replace(entry.result, call_id=call.id, how="reused"), ledger=entry.status)
     # In doubt: an earlier attempt began and its outcome was never recorded.
-    if resolution == "not_executed" or tool.effect == "idempotent":
-        return Decision("execute", entry=ledger.retry(entry))
+    if resolution == "not_executed":
+        why = "a person said it did not take effect (unbroken resolve)"
+        return Decision("execute", entry=ledger.retry(entry), reason=why, ledger=entry.status)
+    if tool.effect == "idempotent":
+        why = "idempotent: run again with the same key"
+        return Decision("execute", entry=ledger.retry(entry), reason=why, ledger=entry.status)
     if tool.probe is None:
-        return Decision("unknown", entry=entry, reason="the tool has no probe")
-    return Decision("probe", entry=entry)
+        return Decision("unknown", entry=entry, reason="the tool has no probe", ledger=entry.status, probe="none")
+    return Decision("probe", entry=entry, ledger=entry.status)
 
 
-def _missing_tool(call: ToolCall, ledger: EffectLedger) -> Decision:
-    entry = ledger.get(call.idempotency_key)
+def unbindable(tool: Tool, call: ToolCall) -> str | None:
+    """Why ``call``'s arguments cannot be passed to ``tool`` as it is defined now (the tool's
+    signature changed since the call was saved, or the model got it wrong); None when they fit.
+    Decided before anything is claimed or run: a call that cannot bind is a mistake, not a crash."""
+    try:
+        signature = _signature(tool.fn)
+    except TypeError:  # an unhashable callable: read each time
+        signature = _signature.__wrapped__(tool.fn)
+    if signature is None:
+        return None  # not introspectable (a builtin): let the call say
+    try:
+        signature.bind(**tool.arguments(call, {}))
+    except TypeError as exc:
+        return f"its arguments do not fit the signature of tool {call.name!r} as defined now ({exc})"
+    return None
+
+
+@functools.lru_cache(maxsize=256)  # a tool's function is read once, not at every call
+def _signature(fn: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def _not_runnable(
+    call: ToolCall, tool: Tool | None, ledger: EffectLedger, why: str, resolution: str | None = None
+) -> Decision:
+    """A call that cannot run (``tool`` is gone, or the call's arguments no longer fit it):
+    settled from the ledger. Reused if settled; "not executed" when nothing about it was ever
+    claimed (or it is read-only); an idempotent call that may have run is answered with an
+    error saying so (running it again is safe, so the model may); any other call that may
+    have run is an unknown outcome (the agent's policy: tell the model, pause for
+    ``unbroken resolve``, or fail), never a silent failure."""
+    entry = None if tool is not None and tool.effect == "read_only" else ledger.get(call.idempotency_key)
     if entry is None:
-        why = f"there is no tool named {call.name!r}"
-        return Decision("answer", ToolResult(call.id, f"Error: {why}. The call was not executed.", True, "invalid"))
+        result = ToolResult(call.id, f"Error: {why}. The call was not executed.", True, "invalid")
+        return Decision("answer", result, reason=why)
     if entry.status in ("succeeded", "failed") and entry.result is not None:
-        return Decision("answer", replace(entry.result, call_id=call.id, how="reused"))
-    reason = f"the tool {call.name!r} is no longer defined on this agent, and an earlier attempt may have run"
-    return Decision("unknown", entry=entry, reason=reason)
+        return Decision("answer", replace(entry.result, call_id=call.id, how="reused"), ledger=entry.status)
+    if resolution == "not_executed":  # a person checked: it did not happen, and it cannot run now
+        text = f"Error: {why}. The call did not take effect (checked by a person) and was not executed."
+        result = ToolResult(call.id, text, True, "invalid")
+        reason = f"{why}; a person said it did not take effect (unbroken resolve)"
+        return Decision("answer", result, EffectLedger.outcome(entry, result), reason, ledger=entry.status)
+    if tool is None:
+        why = f"the tool {call.name!r} is no longer defined on this agent"
+    elif tool.effect == "idempotent":
+        text = (
+            f"Error: {why}. The call was not run again; an earlier attempt may have run. The tool is "
+            "idempotent: calling it again with arguments that fit is safe."
+        )
+        result = ToolResult(call.id, text, True, "invalid")
+        return Decision("answer", result, EffectLedger.outcome(entry, result), why, ledger=entry.status)
+    reason = f"{why}, and an earlier attempt may have run"
+    return Decision("unknown", entry=entry, reason=reason, ledger=entry.status)
 
 
 def after_probe(
     call: ToolCall, entry: LedgerEntry, ledger: EffectLedger, answer: object, error: Exception | None = None
 ) -> Decision:
     """The decision once the probe answered ``answer`` (or raised ``error``)."""
+    found = entry.status
     if error is not None:  # a failing probe is no evidence either way
-        return Decision("unknown", entry=entry, reason=f"the probe raised {type(error).__name__}: {error}")
+        why = f"the probe raised {type(error).__name__}: {error}"
+        return Decision("unknown", entry=entry, reason=why, ledger=found, probe="raised")
     if isinstance(answer, Found):
         try:
             content = to_content(answer.result)
         except TypeError as exc:
-            return Decision("unknown", entry=entry, reason=f"the probe's result is unusable: {exc}")
+            why = f"the probe's result is unusable: {exc}"
+            return Decision("unknown", entry=entry, reason=why, ledger=found, probe="found")
         result = ToolResult(call.id, content, False, "probed")
-        return Decision("answer", result, EffectLedger.outcome(entry, result))
+        return Decision("answer", result, EffectLedger.outcome(entry, result), ledger=found, probe="found")
     if isinstance(answer, NotExecuted):
-        return Decision("execute", entry=ledger.retry(entry))
+        return Decision("execute", entry=ledger.retry(entry), ledger=found, probe="not_executed")
     reason = answer.reason if isinstance(answer, Unknown) else f"the probe returned {answer!r}"
-    return Decision("unknown", entry=entry, reason=reason or "the probe could not tell")
+    return Decision("unknown", entry=entry, reason=reason or "the probe could not tell", ledger=found, probe="unknown")
 
 
 def call_probe(tool: Tool, call: ToolCall) -> tuple[object, Exception | None]:

@@ -7,7 +7,7 @@ from .codec import Encoder
 from .errors import ConfigError
 from .leases import acquire, make_owner
 from .ledger import EffectLedger
-from .state import LedgerEntry, RunState, ToolResult, check_run_id
+from .state import LedgerEntry, RunState, Settlement, ToolResult, check_run_id
 from .stores.base import Store
 
 
@@ -41,7 +41,11 @@ def resolve_call(
         encoder.prime(state)
         ledger_entries: tuple[LedgerEntry, ...] = ()
         entry = store.ledger_get(run_id, call.idempotency_key)
+        account_of: list[Settlement] = []
         if result is not None:
+            why = "a person said it took effect (unbroken resolve)" if not is_error else "a person settled it as failed"
+            found = entry.status if entry is not None else None
+            account_of.append(Settlement(call.id, call.name, "resolved", ledger=found, reason=why))
             settled = ToolResult(call.id, result, is_error, "resolved")
             state.results[call.idempotency_key] = settled
             if entry is not None:
@@ -53,7 +57,8 @@ def resolve_call(
             state.error = None
         state.save_seq += 1
         state.updated_at = clock.wall()
-        encoded = encoder.encode(state, "resolved", ledger=ledger_entries)
+        account = {"settled": [settlement.to_json() for settlement in account_of]} if account_of else None
+        encoded = encoder.encode(state, "resolved", ledger=ledger_entries, account=account)
         store.append(encoded, expect_seq=state.save_seq - 1, fence=lease.fence)
         return state
     finally:

@@ -46,7 +46,8 @@ class Agent:
     """A resumable agent: a model, its tools, its policies, and a default store.
 
     ``run(task, run_id=...)`` starts the run, or resumes it from its last save point if the
-    store already holds it. Every save point is durable before the next step starts.
+    store already holds it; ``resume(run_id)`` only resumes (``RunNotFound`` if the store has
+    no such run, never a fresh start). Every save point is durable before the next step starts.
 
     An ``Agent`` is immutable once built (``agent.x = ...`` raises): derive a changed one with
     ``agent.replace(store=..., model=..., tools=...)``, and pass per-run things to ``run``."""
@@ -207,6 +208,34 @@ class Agent:
             await drive_async(session)
             return session.result(session.resume_seconds or session.since_start())
 
+    def resume(
+        self,
+        run_id: str,
+        *,
+        store: Store | None = None,
+        owner: str | None = None,
+        stop: threading.Event | None = None,
+    ) -> RunResult:
+        """Resume the stored run ``run_id`` from its last save point and drive it like ``run``;
+        never starts a run. Raises ``RunNotFound`` when the store holds no such run (``RunQueued``
+        is one: submitted, never started), including a run it held and lost (a server restarted
+        empty, evicted keys): where ``run(task, run_id=...)`` would start that run over and repeat
+        its side effects, this refuses. ``CorruptCheckpoint`` when only part of it is left."""
+        with _never_started(run_id, store or self.store):
+            return self.run(None, run_id=check_run_id(run_id), store=store, owner=owner, stop=stop)
+
+    async def aresume(
+        self,
+        run_id: str,
+        *,
+        store: Store | None = None,
+        owner: str | None = None,
+        stop: threading.Event | None = None,
+    ) -> RunResult:
+        """Async twin of ``resume`` (drives the run like ``arun``); never starts a run."""
+        with _never_started(run_id, store or self.store):
+            return await self.arun(None, run_id=check_run_id(run_id), store=store, owner=owner, stop=stop)
+
     def send(
         self,
         run_id: str,
@@ -307,3 +336,22 @@ class Agent:
                         # This call's name is never used again: if the release could not reach the
                         # store, a later call of this process may take the run over at once.
                         mark_ended(call_owner)
+
+
+@contextmanager
+def _never_started(run_id: str, store: Store) -> Iterator[None]:
+    """``resume``'s ``RunNotFound`` says why a run may be missing and what starting it would do."""
+    try:
+        yield
+    except RunNotFound as exc:
+        if type(exc) is not RunNotFound:
+            raise
+        told = store._not_found(run_id)  # the store's own story: queued, or records lost under a head
+        if type(told) is not RunNotFound:
+            raise told from exc
+        raise RunNotFound(
+            f"no run {run_id!r} to resume in {store.url}: it was never saved there, was deleted, or the store "
+            "lost it (a server restarted without its data, keys evicted under memory pressure). resume() never "
+            "starts a run; run(task, run_id=...) would start it from nothing, and any side effect it did before "
+            "could run again"
+        ) from exc

@@ -4,10 +4,9 @@ A segment (``codec.Segment``) holds records that passed every record check when 
 packed, under a seal over all their bytes (``seal``). When the seal holds, nothing in them has changed
 since, so the loader does not need each record's own checksum, nor the small fields of records
 older than the run's newest snapshot (they are replaced by it). ``records_of`` parses a
-segment in one call with msgspec, typed as the shape check of ``codec.validate_record``
-requires it (``v``, ``seq`` and ``msg_start`` integers, ``messages`` a list, ``snapshot`` a
-boolean when present), and keeps each record's ``fields`` as its raw JSON text, parsed later
-only if the fold needs it. Anything unusual (a broken seal, a record that does not match,
+segment in one call (``acceptance.accept_segment``: msgspec, typed by the same
+``RECORD_SHAPE`` every record is accepted by), which keeps each record's ``fields`` as its raw
+JSON text, parsed later only if the fold needs it. Anything unusual (a broken seal, a record that does not match,
 another version) gives None: the caller then reads the segment record by record, the careful
 path that names what is wrong. msgspec and xxhash are imported on first use, so ``import
 unbroken`` does not pay for them.
@@ -17,30 +16,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .acceptance import accept_segment
+
 if TYPE_CHECKING:
     from .codec import Segment
-
-_decoder: Any = None
-
-
-def _build() -> Any:
-    global _decoder
-    import msgspec
-
-    # defstruct, not a class body: this module's annotations are strings, msgspec needs types.
-    packed_record = msgspec.defstruct(
-        "PackedRecord",
-        [
-            ("v", int),
-            ("seq", int),
-            ("msg_start", int),
-            ("messages", list),
-            ("fields", msgspec.Raw),
-            ("snapshot", bool, False),
-        ],
-    )
-    _decoder = msgspec.json.Decoder(list[packed_record])  # type: ignore[valid-type]
-    return _decoder
 
 
 def seal(index_text: bytes, bodies: bytes) -> str:
@@ -63,12 +42,8 @@ def records_of(segment: Segment, first_seq: int | None, current: int) -> list[An
         return None
     if seal(segment.index_text, segment.bodies) != segment.seal:
         return None
-    decoder = _decoder if _decoder is not None else _build()
-    try:
-        records: list[Any] = decoder.decode(segment.bodies)
-    except (ValueError, RecursionError):  # msgspec's DecodeError and ValidationError are ValueErrors
-        return None
-    if len(records) != segment.last - segment.first + 1:
+    records = accept_segment(segment.bodies)
+    if records is None or len(records) != segment.last - segment.first + 1:
         return None
     seq, version = segment.first, records[0].v if records else 0
     # Version 1 records differ in meaning (``snapshot`` required, ``save_seq`` kept): the careful

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from . import clock, crashpoints, hooks
+from . import clock, crashpoints, hooks, usage
 from .codec import LAYOUT_ONLY, MAX_RECORD_BYTES, EncodedSave, Encoder, encode_full, ensure_json
 from .errors import (
     ConfigError,
@@ -29,9 +29,20 @@ from .errors import (
 )
 from .leases import Heartbeat
 from .ledger import EffectLedger, not_settled_result, unknown_result
-from .model import HistoryReader, ModelTurn, ProposedCall, add_usage, messages_are_json
+from .model import HistoryReader, ModelTurn, ProposedCall, messages_are_json
 from .reconcile import Decision
-from .state import SCHEMA_VERSION, JSONValue, Lease, LedgerEntry, RunState, ToolCall, ToolResult, occurrence_key
+from .state import (
+    SCHEMA_VERSION,
+    JSONValue,
+    Lease,
+    LedgerEntry,
+    Resumption,
+    RunState,
+    Settlement,
+    ToolCall,
+    ToolResult,
+    occurrence_key,
+)
 from .stores.base import Store
 from .window import load_window
 
@@ -192,14 +203,27 @@ class RunSession:
 
     # ------------------------------------------------------------------ saving
 
-    def save(self, label: str, *, ledger: Iterable[LedgerEntry] = (), force_snapshot: bool = False) -> None:
-        """One durable save point: one atomic append, conditional on our fence."""
+    def save(
+        self,
+        label: str,
+        *,
+        ledger: Iterable[LedgerEntry] = (),
+        force_snapshot: bool = False,
+        settled: Sequence[Settlement] = (),
+        resumed: Resumption | None = None,
+    ) -> None:
+        """One durable save point: one atomic append, conditional on our fence. ``settled``
+        and ``resumed`` are the record's account (how its calls were settled, what a resume
+        found), written in the same record."""
         state = self.state
         previous = state.save_seq
         state.save_seq = previous + 1
         state.updated_at = clock.wall()
+        account = _account(settled, resumed)
         try:
-            encoded = self.encoder.encode(state, label, force_snapshot=force_snapshot, ledger=tuple(ledger))
+            encoded = self.encoder.encode(
+                state, label, force_snapshot=force_snapshot, ledger=tuple(ledger), account=account
+            )
             check_size(encoded)
             crashpoints.hit(f"save.{label}.before")
             self.store.append(encoded, expect_seq=previous, fence=self.fence())
@@ -212,14 +236,28 @@ class RunSession:
         if self.stop.is_set() and not state.finished:
             raise RunInterrupted(f"run {self.run_id!r} stopped at save point {state.save_seq} on request; resume it")
 
+    def record_resume(self) -> None:
+        """The first save of a resumed run says what the resume found (the phase the previous
+        process left the run in, the calls left without a result) and counts it: one record
+        per resume, a crash during a model call included."""
+        state = self.state
+        found = Resumption(
+            phase=state.phase,
+            last_seq=state.save_seq,
+            dangling=len(state.dangling_calls()),
+            calls=len(state.pending_calls),
+            by_hand=len(state.resolutions) + sum(1 for result in state.results.values() if result.how == "resolved"),
+        )
+        state.resumes += 1
+        self.save("resumed", resumed=found)
+
     # ------------------------------------------------------------------ turn bookkeeping
 
     def record_turn(self, turn: ModelTurn) -> None:
         """Save point A: the model's answer and its calls (pending), before any tool runs."""
         state = self.state
         state.turns += 1
-        state.tokens_used += int(turn.tokens)
-        state.usage = add_usage(state.usage, turn.usage)
+        state.tokens_used, state.usage = usage.account_turn(state.tokens_used, state.usage, turn.tokens, turn.usage)
         state.messages.extend(turn.messages)
         calls = [self.to_tool_call(proposed, position) for position, proposed in enumerate(turn.tool_calls)]
         state.pending_calls = calls
@@ -315,19 +353,23 @@ class RunSession:
             f"saved at save point {self.state.save_seq} and resumes from there"
         )
 
-    def record_result(self, call: ToolCall, result: ToolResult, entry: LedgerEntry | None) -> None:
-        """Make one tool result durable (with its ledger outcome, atomically). The save that
-        records the turn's last result also appends the provider's tool-result message(s): B."""
+    def record_result(
+        self, call: ToolCall, result: ToolResult, entry: LedgerEntry | None, settlement: Settlement | None = None
+    ) -> None:
+        """Make one tool result durable (with its ledger outcome and how it was settled,
+        atomically). The save that records the turn's last result also appends the provider's
+        tool-result message(s): B."""
         state = self.state
         state.results[call.idempotency_key] = result
         ledger = (entry,) if entry is not None else ()
+        settled = (settlement,) if settlement is not None else ()
         if state.dangling_calls():
-            self.save("tool_result", ledger=ledger)
+            self.save("tool_result", ledger=ledger, settled=settled)
         else:
-            self.finish_tools(ledger)
+            self.finish_tools(ledger, settled)
         hooks.tool_ended(self, call, result)  # no-op without hooks
 
-    def finish_tools(self, ledger: Sequence[LedgerEntry] = ()) -> None:
+    def finish_tools(self, ledger: Sequence[LedgerEntry] = (), settled: Sequence[Settlement] = ()) -> None:
         state = self.state
         ordered = [state.results[call.idempotency_key] for call in state.pending_calls]
         state.messages.extend(self.agent.model.tool_result_messages(state.pending_calls, ordered))
@@ -336,16 +378,18 @@ class RunSession:
         state.resolutions = {}
         state.attempts = {}
         state.phase = "awaiting_model"
-        self.save("tools_done", ledger=ledger)
+        self.save("tools_done", ledger=ledger, settled=settled)
 
-    def handle_unknown(self, call: ToolCall, decision: Decision) -> bool:
-        """Apply the unknown-outcome policy. Returns False when the run must stop here."""
+    def handle_unknown(self, call: ToolCall, decision: Decision, settlement: Settlement | None) -> bool:
+        """Apply the unknown-outcome policy (``settlement`` says how the outcome came to be
+        unknown; the policy is added to it). Returns False when the run must stop here."""
         assert decision.entry is not None
         entry = replace(decision.entry, status="unknown", updated_at=clock.wall())
         policy = self.agent.unknown_policy
+        settled = (replace(settlement, outcome="unknown", policy=policy),) if settlement is not None else ()
         self.reconciled.append((call.id, call.name, "unknown"))
         if policy == "tell_model":
-            self.record_result(call, unknown_result(call, decision.reason), entry)
+            self.record_result(call, unknown_result(call, decision.reason), entry, *settled)
             return True
         state = self.state
         if policy == "pause":
@@ -353,7 +397,7 @@ class RunSession:
                 return False
             state.phase = "paused"
             state.error = f"call {call.id} ({call.name}) has an unknown outcome; settle it with `unbroken resolve`"
-            self.save("paused", ledger=(entry,))
+            self.save("paused", ledger=(entry,), settled=settled)
             return False
         # The run ends here, but its history must stay one a provider accepts: every tool_use
         # gets a tool_result (the unknown one says so; calls not yet reconciled say that).
@@ -368,7 +412,7 @@ class RunSession:
         state.attempts = {}
         state.phase = "failed"
         state.error = f"call {call.id} ({call.name}) has an unknown outcome ({decision.reason}); run failed by policy"
-        self.save("failed", ledger=(entry,))
+        self.save("failed", ledger=(entry,), settled=settled)
         return False
 
     def stop_for_max_turns(self) -> None:
@@ -389,6 +433,16 @@ class RunSession:
             recovered_from=self.recovered_from,
             state=state,
         )
+
+
+def _account(settled: Sequence[Settlement], resumed: Resumption | None) -> dict[str, JSONValue] | None:
+    """A record's account keys (``codec.with_account``), None when it has nothing to say."""
+    if not settled and resumed is None:
+        return None
+    return {
+        "settled": [settlement.to_json() for settlement in settled],
+        "resumed": resumed.to_json() if resumed is not None else None,
+    }
 
 
 def check_size(encoded: EncodedSave) -> None:

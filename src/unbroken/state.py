@@ -116,6 +116,112 @@ class ToolResult:
         )
 
 
+ProbeAnswer = Literal["found", "not_executed", "unknown", "raised", "none"]
+"""What a call's probe answered: ``Found``, ``NotExecuted``, ``Unknown``, it raised, or the tool
+has no probe (``none``)."""
+
+SettlementOutcome = Literal["ran", "reused", "probed", "not_run", "unknown", "resolved"]
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """How the engine settled one call, saved in the record that settles it (a save record's
+    ``settled``, docs/format.md): what it found, what it asked, what it decided and why.
+    ``unbroken history``, ``show``, ``watch`` and the inspector render this; they never
+    reconstruct it from the results and the ledger."""
+
+    call_id: str
+    tool: str
+    outcome: SettlementOutcome
+    """``ran``: the tool was started now; ``reused``: the ledger's recorded result; ``probed``:
+    the probe's result; ``not_run``: answered with an error and not run (``reason``);
+    ``unknown``: the outcome could not be established (``policy`` says what was done);
+    ``resolved``: settled by a person (``unbroken resolve``)."""
+    ledger: str | None = None
+    """The ledger status found before deciding (``pending`` = started, outcome never recorded);
+    None: no entry (never started as a side effect, or read-only)."""
+    probe: ProbeAnswer | None = None
+    """The probe's answer; None: the probe was not asked (nothing was in doubt)."""
+    policy: str | None = None
+    """The unknown-outcome policy applied (``tell_model``, ``pause``, ``fail``)."""
+    attempt: int = 0
+    """Which start of the call this was (1: the first); 0: it was not started now."""
+    grace: float = 0.0
+    """Seconds waited for the previous holder to be unable to act before trusting the probe."""
+    resumed: bool = False
+    """The call was left without a result by a crash or a stop (settled on resume)."""
+    reason: str = ""
+
+    def to_json(self) -> dict[str, JSONValue]:
+        data: dict[str, JSONValue] = {"call_id": self.call_id, "tool": self.tool, "outcome": self.outcome}
+        for name in ("ledger", "probe", "policy"):
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
+        if self.attempt:
+            data["attempt"] = self.attempt
+        if self.grace:
+            data["grace"] = self.grace
+        if self.resumed:
+            data["resumed"] = True
+        if self.reason:
+            data["reason"] = self.reason
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSONValue]) -> Settlement:
+        return cls(
+            call_id=str(data["call_id"]),
+            tool=str(data["tool"]),
+            outcome=data["outcome"],
+            ledger=data.get("ledger"),
+            probe=data.get("probe"),
+            policy=data.get("policy"),
+            attempt=int(data.get("attempt", 0)),
+            grace=float(data.get("grace", 0.0)),
+            resumed=bool(data.get("resumed", False)),
+            reason=str(data.get("reason", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Resumption:
+    """What a resume found, saved in the first record the resuming process writes (a save
+    record's ``resumed``): one per resume, so resumes are counted, never guessed."""
+
+    phase: str
+    """The phase the previous process left the run in (``awaiting_model``: it ended during a
+    model call or before one; ``running_tools``: while settling calls; ...)."""
+    last_seq: int
+    """The last save point the previous process wrote."""
+    dangling: int = 0
+    """Calls of the turn left without a result."""
+    calls: int = 0
+    """Calls of the turn."""
+    by_hand: int = 0
+    """Calls of the turn a person settled while the run was paused (``unbroken resolve``)."""
+
+    def to_json(self) -> dict[str, JSONValue]:
+        data: dict[str, JSONValue] = {
+            "phase": self.phase,
+            "last_seq": self.last_seq,
+            "dangling": self.dangling,
+            "calls": self.calls,
+        }
+        if self.by_hand:
+            data["by_hand"] = self.by_hand
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, JSONValue]) -> Resumption:
+        return cls(
+            phase=str(data["phase"]),
+            last_seq=int(data["last_seq"]),
+            dangling=int(data.get("dangling", 0)),
+            calls=int(data.get("calls", 0)),
+            by_hand=int(data.get("by_hand", 0)),
+        )
+
+
 @dataclass
 class RunState:
     """Everything needed to continue a run. ``store.load(run_id)`` returns one."""
@@ -150,6 +256,9 @@ class RunState:
     error: str | None = None
     summary: JSONValue = None
     summary_upto: int = 0
+    resumes: int = 0
+    """How many times the run was resumed (each resume's record holds a ``Resumption``):
+    the count the operator sees, whatever part of the history is read."""
     history_checked: int = 0
     """Messages before this index were checked for tool calls left without a result and held none
     other than ``pending_calls`` (``RunSession.repair_dangling``), so a resumed run scans only from
@@ -170,6 +279,8 @@ class RunState:
             fields["conversation"] = self.conversation
         if self.history_checked:
             fields["history_checked"] = self.history_checked
+        if self.resumes:
+            fields["resumes"] = self.resumes
         return fields
 
     def _small_fields(self) -> dict[str, JSONValue]:
@@ -238,6 +349,7 @@ class RunState:
             summary=fields.get("summary"),
             summary_upto=fields.get("summary_upto", 0),
             history_checked=fields.get("history_checked", 0),
+            resumes=fields.get("resumes", 0),
             created_at=fields["created_at"],
             updated_at=fields["updated_at"],
         )

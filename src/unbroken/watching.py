@@ -6,9 +6,9 @@ the lease, because a live worker holds it, can still watch). It reads the run on
 polls the run's head and reads only the records written since, yielding one ``Update`` per
 change, until the run finishes or stops for a person (paused, awaiting approval).
 
-``settlements(store, run_id)`` says, per save point, where a run was resumed after a crash (or a
-stop) and how each call left without a result was settled: the lines ``unbroken history``
-shows.
+``settlements(store, run_id)`` says, per save point, what each resume found and how each call
+was settled, as the engine recorded it in that save point (``Settlement``, ``Resumption``):
+the lines ``unbroken history``, ``watch`` and the inspector show. It reads; it never guesses.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from . import clock, paging
 from .codec import Decoded, fold_fields, save_info
 from .errors import CorruptCheckpoint, RunNotFound
-from .state import TERMINAL_PHASES, LedgerEntry, SaveInfo, check_run_id
+from .state import TERMINAL_PHASES, LedgerEntry, Resumption, SaveInfo, Settlement, check_run_id
 from .stores.base import Store
 
 STOPPED_PHASES = TERMINAL_PHASES | {"paused", "awaiting_approval"}
@@ -37,6 +37,8 @@ class Update:
     phase: str
     holder: str | None
     effects: list[LedgerEntry] = field(default_factory=list)
+    notes: dict[int, list[str]] = field(default_factory=dict)
+    """What the new save points record about resumes and settled calls, in words, by seq."""
     calls: dict[int, list[str]] = field(default_factory=dict)
     """By save point: the tools of the calls the model asked for there (the turn's calls)."""
 
@@ -75,12 +77,16 @@ def proposed_calls(
     calls: dict[int, list[str]] = {}
     fields = fields if fields is not None else {"run_id": run_id}
     for body in records:
-        before = _calls_of(fields)
+        before = _pending_by_key(fields)
         fields = fold_fields(fields, body)
-        names = [str(call["name"]) for key, call in _calls_of(fields).items() if key not in before]
+        names = [str(call["name"]) for key, call in _pending_by_key(fields).items() if key not in before]
         if names:
             calls[body["seq"]] = names
     return calls
+
+
+def _pending_by_key(fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {call["idempotency_key"]: call for call in fields.get("pending_calls") or []}
 
 
 def follow(
@@ -107,14 +113,22 @@ def follow(
     effects = store.ledger_list(run_id)
     seen = {(entry.key, entry.status) for entry in effects}
     last_seq = decoded.last_seq
+    notes: dict[int, list[str]] = {}
+    calls: dict[int, list[str]] = {}
     if history is None:
         whole = store.decode(run_id, recover=True)
         saves = [info for info in whole.timeline if info.seq <= last_seq]
+        notes = settlements(store, run_id, records=[r for r in whole.records if int(r["seq"]) <= last_seq])
         calls = proposed_calls(run_id, whole.records)
+    elif history > 0:
+        page = paging.timeline_page(store, run_id, last_seq - history + 1, last_seq)
+        saves = page.saves
+        shown = {info.seq for info in saves}
+        notes = {seq: lines for seq, lines in settlements(store, run_id, records=page.records).items() if seq in shown}
+        calls = proposed_calls(run_id, page.records)
     else:
-        page = paging.timeline_page(store, run_id, last_seq - history + 1, last_seq) if history > 0 else None
-        saves, calls = (page.saves, proposed_calls(run_id, page.records)) if page is not None else ([], {})
-    first = Update(run_id, saves, decoded.state.phase, _holder(store, run_id), effects, calls)
+        saves = []
+    first = Update(run_id, saves, decoded.state.phase, _holder(store, run_id), effects, notes, calls)
     yield first
     if until_stopped and first.stopped:
         return
@@ -126,7 +140,7 @@ def follow(
             raise RunNotFound(f"run {run_id!r} was deleted while it was watched")
         if head.seq <= last_seq:
             continue
-        saves, calls = [], {}
+        saves, notes, calls = [], {}, {}
         for record in store.records_after(run_id, last_seq):
             try:  # checked like every other read (size, CRC, shape): a damaged record is never shown
                 body = paging.parse_record(record.seq, record.body, record.checksum, same_schema=False)
@@ -139,10 +153,13 @@ def follow(
             calls.update(proposed_calls(run_id, [body], fields))
             fields = fold_fields(fields, body)  # snapshot replaces, delta updates (format v2 completed)
             saves.append(save_info(body, fields))
+            lines = account_lines(body)
+            if lines:
+                notes[record.seq] = lines
             last_seq = record.seq
         effects = [entry for entry in store.ledger_list(run_id) if (entry.key, entry.status) not in seen]
         seen.update((entry.key, entry.status) for entry in effects)
-        update = Update(run_id, saves, str(fields.get("phase", "?")), _holder(store, run_id), effects, calls)
+        update = Update(run_id, saves, str(fields.get("phase", "?")), _holder(store, run_id), effects, notes, calls)
         yield update
         if until_stopped and update.stopped:
             return
@@ -153,74 +170,117 @@ def _holder(store: Store, run_id: str) -> str | None:
     return lease.owner if lease is not None else None
 
 
-# --------------------------------------------------------------------------- crashes in the history
-
-_SETTLED_WITHOUT_RUNNING = {
-    "reused": "settled from the effect ledger (it had run; not run again)",
-    "probed": "settled by its probe (it had taken effect; not run again)",
-    "unknown": "outcome UNKNOWN (reported, not run again)",
-    "skipped": "not run again (past max_attempts)",
-    "attempts_exhausted": "not run again (past max_attempts)",
-    "resolved": "settled by hand (unbroken resolve)",
-    "denied": "denied by a person (not run)",
-    "invalid": "refused (malformed call; not run)",
-}
+# --------------------------------------------------------------------------- the account of each call
 
 
 def settlements(
     store: Store, run_id: str, *, decoded: Decoded | None = None, records: Sequence[dict[str, Any]] | None = None
 ) -> dict[int, list[str]]:
-    """Notes by save point: where the run resumed with calls left without a result (a crash,
-    or a stop) and how each such call was settled. Reads only. ``decoded``: the run already
-    read with ``store.decode(run_id, recover=True)`` (read once, not twice). ``records``: only
-    these parsed records, a snapshot first (a page of the history, ``unbroken.paging``): a call
-    left open at a resume before them is not followed into them."""
+    """Notes by save point: what each resume found and how each call was settled, in words, as
+    the engine recorded them in the save that settled it (``account_lines``); nothing is
+    reconstructed. Reads only. ``decoded``: the run already read with ``store.decode(run_id,
+    recover=True)`` (read once, not twice). ``records``: only these parsed records (a page of
+    the history, ``unbroken.paging``)."""
     if records is None:
         records = (decoded or store.decode(check_run_id(run_id), recover=True)).records
-    ledger = {entry.key: entry for entry in store.ledger_list(run_id)}
     notes: dict[int, list[str]] = {}
-    fields: dict[str, Any] = {}
-    resumed: dict[str, dict[str, Any]] = {}  # key -> call, for calls open at a resume, until settled
-    for body in records:
-        previous = fields
-        fields = fold_fields(fields, body)  # pending calls in full, whatever the record's version
-        seq, label = body["seq"], body["label"]
-        calls = {**_calls_of(previous), **_calls_of(fields)}
-        results = fields.get("results") or {}
-        lines: list[str] = []
-        if label in ("attempt", "repaired"):
-            fresh = [key for key in _calls_of(fields) if key not in results and key not in resumed]
-            if fresh:
-                what = "a crash or a stop" if label == "attempt" else "a repair of the history"
-                lines.append(f"resumed after {what}: {len(fresh)} call(s) had no result")
-                resumed.update((key, calls[key]) for key in fresh)
-        before = previous.get("results") or {}
-        for key in [key for key in resumed if key in results and key not in before]:
-            lines.append(_settled_line(resumed.pop(key), str(results[key].get("how", "executed")), ledger.get(key)))
-        if not fields.get("pending_calls"):  # the turn's last results went into the history
-            approvals = previous.get("approvals") or {}
-            for key, call in resumed.items():
-                denied = (approvals.get(key) or {}).get("status") == "denied"
-                entry = ledger.get(key)
-                how = "denied" if denied else entry.result.how if entry is not None and entry.result else "executed"
-                lines.append(_settled_line(call, how, entry))
-            resumed = {}
+    for record in records:
+        lines = account_lines(record)
         if lines:
-            notes[seq] = lines
+            notes[int(record["seq"])] = lines
     return notes
 
 
-def _calls_of(fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {call["idempotency_key"]: call for call in fields.get("pending_calls") or []}
+def account_lines(record: dict[str, Any]) -> list[str]:
+    """The words for one parsed save record's account (``settled``, ``resumed``); a record
+    without one (older, or with nothing to say) has none."""
+    lines = []
+    resumed = record.get("resumed")
+    if isinstance(resumed, dict):
+        lines.append(describe_resume(Resumption.from_json(resumed)))
+    for item in record.get("settled") or ():
+        if isinstance(item, dict):
+            lines.append(describe(Settlement.from_json(item)))
+    return lines
 
 
-def _settled_line(call: dict[str, Any], how: str, entry: LedgerEntry | None) -> str:
-    text = _SETTLED_WITHOUT_RUNNING.get(how)
-    if text is None and how == "executed":
-        if entry is None:
-            text = "run again (read-only, or never claimed)"
-        elif entry.attempts > 1:
-            text = f"run again with the same idempotency key (attempt {entry.attempts})"
+def resumes_in(records: Sequence[dict[str, Any]]) -> int:
+    """How many of ``records`` are a resume's record."""
+    return sum(1 for record in records if isinstance(record.get("resumed"), dict))
+
+
+_PROBE_WORDS = {
+    "found": "the probe found that it took effect",
+    "not_executed": "the probe said it did not happen",
+    "unknown": "the probe could not tell",
+    "raised": "the probe raised an error",
+    "none": "no probe",
+}
+_LEDGER_WORDS = {
+    "pending": "it was started before and its outcome never recorded",
+    "unknown": "its outcome had been reported unknown before",
+    "succeeded": "the effect ledger holds its result (succeeded)",
+    "failed": "the effect ledger holds its result (failed)",
+}
+_POLICY_WORDS = {
+    "tell_model": "the model was told",
+    "pause": "the run paused for `unbroken resolve`",
+    "fail": "the run failed by policy",
+}
+
+
+def describe_resume(found: Resumption) -> str:
+    """A resume's record in words: where the previous process left the run."""
+    if found.by_hand:
+        return (
+            f"resumed after save {found.last_seq}: {found.by_hand} call(s) of the turn had been settled by hand "
+            f"(unbroken resolve); {found.dangling} of {found.calls} call(s) had no result"
+        )
+    if found.phase == "running_tools" and not found.dangling:
+        where = f"after each of the turn's {found.calls} call(s) had a result, before the turn was closed"
+    elif found.phase == "running_tools":
+        where = f"while settling tool calls: {found.dangling} of {found.calls} call(s) had no result"
+    elif found.phase == "awaiting_model":
+        where = "during a model call (or a compaction): no tool call was in flight"
+    elif found.phase == "paused":
+        where = f"paused for `unbroken resolve` ({found.dangling} call(s) without a result)"
+    elif found.phase == "awaiting_approval":
+        where = "waiting for an approval"
+    else:
+        where = f"in phase {found.phase}"
+    return f"resumed after save {found.last_seq}: the previous process ended {where}"
+
+
+def describe(settled: Settlement) -> str:
+    """One call's settlement in words: what was found, what the probe said, what was done."""
+    said = []
+    if settled.ledger in _LEDGER_WORDS:
+        said.append(_LEDGER_WORDS[settled.ledger])
+    if settled.probe is not None:
+        said.append(_PROBE_WORDS.get(settled.probe, settled.probe))
+    if settled.grace:
+        said.append(f"asked again after waiting {settled.grace:g} s for the previous holder to be unable to act")
+    said.append(_decided(settled))
+    return f"call {settled.call_id} ({settled.tool}): {'; '.join(said)}"
+
+
+def _decided(settled: Settlement) -> str:
+    outcome, reason = settled.outcome, settled.reason
+    if outcome == "ran":
+        if settled.attempt > 1:
+            done = f"run again (attempt {settled.attempt})"
+        elif settled.resumed:
+            done = "it had not started: run now (attempt 1)"
         else:
-            text = "run now (it had not started before)"
-    return f"call {call['id']} ({call['name']}): {text or how}"
+            done = "run (attempt 1)"
+        return f"{done}: {reason}" if reason else done
+    if outcome == "reused":
+        return "not run again: its recorded result was used"
+    if outcome == "probed":
+        return "not run again: the probe's result is its result"
+    if outcome == "unknown":
+        why = f" ({reason})" if reason and reason != "the tool has no probe" else ""
+        return f"outcome UNKNOWN{why}; {_POLICY_WORDS.get(settled.policy or '', 'policy ' + str(settled.policy))}"
+    if outcome == "resolved":
+        return f"settled by hand: {reason}" if reason else "settled by hand (unbroken resolve)"
+    return f"not run: {reason}" if reason else "not run"

@@ -18,19 +18,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
+from .acceptance import accept, accept_fields
 from .codec import (
-    MAX_RECORD_BYTES,
     MIGRATIONS,
     Decoded,
     Migrations,
     StoredRecord,
-    checksum,
     fold_fields,
     is_snapshot,
-    loads,
     reads_natively,
-    validate_fields,
-    validate_record,
 )
 from .state import JSONValue, RunState
 from .stores.backend import Backend
@@ -113,7 +109,7 @@ def decode_window(
             return "whole"
         messages.extend(record["messages"])
     try:
-        validate_fields(fields)
+        accept_fields(fields)
         if fields["message_count"] != len(messages) or fields["run_id"] != run_id:
             return "whole"
         state = RunState.from_parts(fields, messages)
@@ -123,21 +119,17 @@ def decode_window(
 
 
 def _parse(records: list[StoredRecord], migrations: Migrations) -> list[dict[str, Any]] | None:
-    """The records parsed and checked (size, checksum, order, shape, a schema read without
-    migration), or None."""
-    current = migrations.current
-    if any(record.seq != records[0].seq + index for index, record in enumerate(records)):
-        return None
-    bodies = [record.body if isinstance(record.body, bytes) else record.body.encode() for record in records]
-    for record, body in zip(records, bodies, strict=True):
-        if len(body) > MAX_RECORD_BYTES or checksum(body) != record.checksum:
-            return None
+    """The records accepted (``acceptance.accept``: size, checksum, JSON, shape), in seq order,
+    all read without migration; or None."""
+    current, parsed = migrations.current, []
     try:
-        values = loads(b"[" + b",".join(bodies) + b"]")
-        for record, value in zip(records, values, strict=True):
-            validate_record(value, record.seq, current)
+        for index, record in enumerate(records):
+            if record.seq != records[0].seq + index:
+                return None
+            value = accept(record.seq, record.body, record.checksum, current)
             if not reads_natively(value["v"], migrations):
                 return None  # an older schema: the whole-run decode migrates it
+            parsed.append(value)
     except ValueError:  # IncompatibleSchema (newer) is not a ValueError: it propagates
         return None
-    return values  # type: ignore[no-any-return]
+    return parsed

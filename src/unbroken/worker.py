@@ -2,7 +2,9 @@
 
 A worker claims a runnable run (submitted and never started, or left unfinished by an owner
 whose lease expired on the store's clock), runs it through ``Agent.run`` (which resumes and
-reconciles it exactly as after any restart), then claims the next. The claim takes the lease
+reconciles it exactly as after any restart), then claims the next. A run that had save points
+(at its claim, or when this worker last drove it) is only resumed (``Agent.resume``): if the
+store lost it meanwhile, it is reported (``WorkerStats.data_lost``), never started over. The claim takes the lease
 under the agent's own owner name, so ``Agent.run`` re-acquires it without a gap (bumping the
 fence once more) and ``runner.py`` needs no worker-specific path.
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from .errors import ConfigError, LeaseError, RunInterrupted, UnbrokenError, Unsupported
+from .errors import ConfigError, LeaseError, RunInterrupted, RunNotFound, StoreDataLost, UnbrokenError, Unsupported
 from .runner import Agent
 from .session import RunResult
 from .stores.base import ClaimedRun, Store
@@ -46,6 +48,9 @@ class WorkerStats:
     """Runs whose lease another worker took over (this worker's writes were refused)."""
     errors: int = 0
     """Runs that raised (model or store failure); each is retried after ``retry_after``."""
+    data_lost: int = 0
+    """Runs whose saved data the store lost (``StoreDataLost``, or gone when only a resume was
+    right): never started over, left to an operator (retried, and refused, after ``retry_after``)."""
     took_over: int = 0
     """Finished runs that had save points already: left by a dead or expired owner (or by an
     earlier attempt that raised), resumed here."""
@@ -108,6 +113,8 @@ class Worker:
         self._stopping = threading.Event()
         self._count = threading.Lock()
         self._max_runs: int | None = None
+        self._saved_runs: set[str] = set()
+        """Runs this worker saw with save points: claimed again, they are only ever resumed."""
 
     def stop(self) -> None:
         """Ask the worker to stop: no new claims; running runs stop after their next save point."""
@@ -190,23 +197,48 @@ class Worker:
             self._drive(agent, claimed[0])
 
     def _drive(self, agent: Agent, claim: ClaimedRun) -> None:
+        run_id = claim.run_id
         try:
             # Under the owner name it claimed the run with: the run's lease is re-entered, not refused.
-            result = agent.run(claim.task, run_id=claim.run_id, owner=agent.owner, stop=self._stopping)
+            if self._was_saved(run_id):
+                # A started run is only resumed: if the store lost it, RunNotFound, never a fresh start.
+                result = agent.resume(run_id, owner=agent.owner, stop=self._stopping)
+            else:
+                result = agent.run(claim.task, run_id=run_id, owner=agent.owner, stop=self._stopping)
         except RunInterrupted:
             self._count_as("interrupted")
         except LeaseError as exc:
-            log.warning("run %s was taken over by another worker: %s", claim.run_id, exc)
+            log.warning("run %s was taken over by another worker: %s", run_id, exc)
             self._count_as("lost")
+        except (RunNotFound, StoreDataLost) as exc:
+            log.error("run %s: the store lost its saved data, not starting it over: %s", run_id, exc)
+            self._count_as("data_lost")
+            self._hold(agent, run_id)
         except Exception as exc:
-            log.error("run %s raised %s: %s; retrying in %gs", claim.run_id, type(exc).__name__, exc, self.retry_after)
+            log.error("run %s raised %s: %s; retrying in %gs", run_id, type(exc).__name__, exc, self.retry_after)
             self._count_as("errors")
-            self._hold(agent, claim.run_id)
+            self._hold(agent, run_id)
         else:
             with self._count:
                 self.stats.count(result)
             if self.on_finish is not None:
                 self.on_finish(result)
+        finally:
+            self._remember_saved(run_id)
+
+    def _was_saved(self, run_id: str) -> bool:
+        """Whether the run had save points: seen by this worker, or at its claim (the claim
+        leaves the head's save number as it was)."""
+        if run_id in self._saved_runs:
+            return True
+        head = self.store.read_head(run_id)
+        return head is not None and head.seq > 0
+
+    def _remember_saved(self, run_id: str) -> None:
+        with contextlib.suppress(UnbrokenError):  # unreachable: what was seen before still counts
+            if self.store.exists(run_id):
+                with self._count:
+                    self._saved_runs.add(run_id)
 
     def _count_as(self, what: str) -> None:
         with self._count:

@@ -47,16 +47,19 @@ def test_a_crashed_run_shows_where_it_crashed_how_each_call_was_settled_and_its_
     notes = browser.execute(
         "return [...document.querySelectorAll('tr[data-notes-for]')].map(r => [r.dataset.notesFor, r.innerText.trim()])"
     )
-    assert notes[0][1] == "resumed after a crash or a stop: 2 call(s) had no result"
-    assert browser.text(f'tr[data-seq="{notes[0][0]}"]').split()[1] == "attempt"
-    assert "call toolu_inv (send_invoice): settled by its probe (it had taken effect; not run again)" in [
-        text for _, text in notes
-    ]
+    # What the engine recorded (issue 21 item 6): the resume's own record, then each settlement.
+    assert notes[0][1].startswith("resumed after save")
+    assert "the previous process ended while settling tool calls: 2 of" in notes[0][1]
+    assert browser.text(f'tr[data-seq="{notes[0][0]}"]').split()[1] == "resumed"
+    assert (
+        "call toolu_inv (send_invoice): it was started before and its outcome never recorded; the probe found that "
+        "it took effect; not run again: the probe's result is its result" in [text for _, text in notes]
+    )
     call = browser.text('.part.tool_call[data-call="toolu_inv"]')
     assert "send_invoice" in call and '"customer": "ACME"' in call and '"amount": 1200' in call
     assert browser.execute("return document.querySelector('details.thinking').open") is False
     assert browser.text("#ledger .status-succeeded") == "succeeded"
-    assert "settled by its probe" in browser.text(".crash-mark")
+    assert "the probe found that it took effect" in browser.text(".crash-mark")
     IMAGES.mkdir(parents=True, exist_ok=True)
     browser.screenshot(IMAGES / "ui-run.png")
 

@@ -9,6 +9,7 @@ The file comes from ``data/sqlite_store_schema2.sql``: a dump of a store that th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sqlite3
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def test_a_schema_2_file_is_upgraded_in_place_and_its_runs_continue(tmp_path: Pa
     store = open_store(f"sqlite:///{path}?durability={durability}")
     assert isinstance(store, SQLiteStore)
     try:
-        assert meta_schema(path) == str(STORE_SCHEMA) == "4"
+        assert meta_schema(path) == str(STORE_SCHEMA) == "5"
         assert {row.run_id: row.turns for row in store.list_runs()} == {"leased-run": 5, "free-run": 2}
         state = store.load("leased-run")
         assert (state.save_seq, state.turns, len(state.messages)) == (5, 5, 5)
@@ -129,7 +130,7 @@ def test_a_schema_3_file_is_upgraded_and_its_long_run_is_packed_as_it_goes_on(tm
     assert meta_schema(path) == "3"
     store = SQLiteStore(path, keep_recent=32, pack_batch=64)
     try:
-        assert meta_schema(path) == "4"
+        assert meta_schema(path) == "5"
         assert counts(path) == (330, 0)  # upgrading moves nothing
         before = store.load("long-run")
         assert (before.save_seq, before.turns, len(before.messages)) == (330, 330, 330)
@@ -148,15 +149,66 @@ def test_a_schema_3_file_is_upgraded_and_its_long_run_is_packed_as_it_goes_on(tm
         store.close()
 
 
-def test_a_schema_4_file_is_refused_by_code_that_knows_schema_3_only(tmp_path: Path) -> None:
+def test_a_newer_file_is_refused_by_code_that_does_not_know_its_schema(tmp_path: Path) -> None:
     """What an older unbroken does with a newer file (checked against the rule in _connect):
     a store schema it does not know is refused, nothing is changed."""
     path = schema3_file(tmp_path)
     SQLiteStore(path).close()
     with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE unbroken_meta SET value='5' WHERE key='store_schema'")
+        conn.execute("UPDATE unbroken_meta SET value=? WHERE key='store_schema'", (str(STORE_SCHEMA + 1),))
     conn.close()
     from unbroken.errors import IncompatibleSchema
 
-    with pytest.raises(IncompatibleSchema, match="store schema 5"):
+    with pytest.raises(IncompatibleSchema, match=f"store schema {STORE_SCHEMA + 1}"):
         SQLiteStore(path)
+
+
+SCHEMA4_DUMP = Path(__file__).parent / "data" / "sqlite_store_schema4.sql"
+"""A store that the schema-4 code (git 5e0aa34) wrote: run ``packed-run`` (40 ``RunWriter`` saves,
+32 of them packed in two segments, keep_recent=8 and pack_batch=16), whose save 3 carried the
+ledger entry ``ub_shared_key`` and which then claimed ``ub_claimed_key`` under a lease (fence 1);
+run ``other-run`` (2 saves). Its ledger is keyed by ``key`` alone."""
+
+
+def schema4_file(tmp_path: Path) -> Path:
+    path = tmp_path / "v4.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(SCHEMA4_DUMP.read_text())
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    return path
+
+
+def ledger_key_columns(path: Path) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("PRAGMA table_info(unbroken_effects)").fetchall()
+    conn.close()
+    return [name for _, name, *_, pk in sorted(rows, key=lambda row: row[-1]) if pk]
+
+
+def test_a_schema_4_file_gets_its_ledger_keyed_by_run_and_keeps_every_entry(tmp_path: Path) -> None:
+    path = schema4_file(tmp_path)
+    assert meta_schema(path) == "4" and ledger_key_columns(path) == ["key"]
+    store = SQLiteStore(path, keep_recent=8, pack_batch=16)
+    try:
+        assert meta_schema(path) == "5" and ledger_key_columns(path) == ["run_id", "key"]
+        packed = store.ledger_list("packed-run")  # checksums checked: the rows were copied unchanged
+        assert [(e.key, e.status) for e in packed] == [("ub_shared_key", "succeeded"), ("ub_claimed_key", "pending")]
+        assert packed[0].result is not None and packed[0].result.content == "charged 5"
+        state = store.load("packed-run")
+        assert (state.save_seq, len(state.messages)) == (40, 40)
+        assert store.decode("packed-run").state == state
+
+        # The same key in another run is now that run's own entry; the first run's is untouched.
+        other = continue_run(store, "other-run")
+        reused = dataclasses.replace(packed[0], run_id="other-run", tool="other", created_at=2000.0)
+        other.save("reuses a key", ledger=[reused])
+        assert store.ledger_list("packed-run") == packed
+        assert store.ledger_list("other-run") == [reused]
+        lease = store.acquire_lease("packed-run", "worker-2", 60.0, takeover_from="worker-1")
+        assert lease.fence == 2
+        writer = continue_run(store, "packed-run")
+        writer.turn(41, fence=lease.fence)
+        assert store.load("packed-run") == writer.state
+    finally:
+        store.close()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from features_scripts import final_turn, tool_results, tool_turn
 
-from unbroken import Agent, NotJSONValue, ScriptedModel, open_store, tool
+from unbroken import Agent, ScriptedModel, open_store, tool
 from unbroken.errors import ConfigError
 from unbroken.resources import resource
 
@@ -142,5 +142,9 @@ def test_a_live_object_put_in_business_state_is_refused_not_saved(db: str) -> No
         open_store("memory://"),
         resources={"sqlite": Connections()},
     )
-    with pytest.raises(NotJSONValue, match="business_state"):
-        agent.run("leak", run_id="r1", business_state={"db": {"kind": "sqlite", "path": db}})
+    # The tool's mistake fails its call with the clear error, once (issue 21 item 7); the run goes on.
+    result = agent.run("leak", run_id="r1", business_state={"db": {"kind": "sqlite", "path": db}})
+    assert result.status == "completed" and result.state is not None
+    assert "conn" not in result.state.business_state  # refused, not saved
+    results = [b for m in result.state.messages if m["role"] == "user" for b in m["content"] if isinstance(b, dict)]
+    assert results[0]["is_error"] and "business_state.conn" in results[0]["content"]

@@ -82,7 +82,8 @@ def test_follow_yields_only_what_changed_and_stops_when_the_run_waits_for_a_pers
         for update in ops.follow(store, "r1", interval=0, timeout=30, sleep=between_polls):
             ticks.append(update)
     assert [info.label for info in ticks[0].saves] == ["start"]
-    assert [info.label for info in ticks[1].saves] == ["model_turn", "approval_requested"]
+    # The resume records what it found first (one record per resume: issue 21 item 6).
+    assert [info.label for info in ticks[1].saves] == ["resumed", "model_turn", "approval_requested"]
     assert ticks[1].phase == "awaiting_approval" and ticks[1].stopped
     assert len(ticks) == 2
 
@@ -94,15 +95,20 @@ def test_history_shows_each_crash_and_how_each_dangling_call_was_settled(tmp_pat
     assert child(*args) == {"status": "completed", "turns": 2}
     with open_store(url) as store:
         notes = ops.settlements(store, "r1")
+    # As the engine recorded them in the saves that settled them (issue 21 item 6).
     assert list(notes.values()) == [
-        ["resumed after a crash or a stop: 2 call(s) had no result"],
-        ["call toolu_a (send_email): settled by its probe (it had taken effect; not run again)"],
-        ["call toolu_b (send_email): run now (it had not started before)"],
+        ["resumed after save 2: the previous process ended while settling tool calls: 2 of 2 call(s) had no result"],
+        [
+            "call toolu_a (send_email): it was started before and its outcome never recorded; the probe found "
+            "that it took effect; not run again: the probe's result is its result"
+        ],
+        ["call toolu_b (send_email): it had not started: run now (attempt 1)"],
     ]
     shown = CliRunner().invoke(main, ["history", "r1", "--store", url])
     assert shown.exit_code == 0, shown.output
-    assert "crashes, and how each call left without a result was settled:" in shown.output
-    assert "toolu_a (send_email): settled by its probe" in shown.output
+    assert "what each resume found, and how calls were settled" in shown.output
+    assert "toolu_a (send_email): it was started before and its outcome never recorded" in shown.output
+    assert "resumed 1 time(s) up to save point" in shown.output
 
 
 def test_history_of_a_run_that_never_crashed_has_no_notes(tmp_path: Path) -> None:

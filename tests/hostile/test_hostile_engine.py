@@ -15,7 +15,9 @@ from unbroken import open_store
 RUN = "audit-run"
 
 
-@pytest.mark.parametrize("later", ["tool.before_execute:1", "save.attempt.before:1", "save.attempt.after:1"])
+# `save.resumed.after`: right after a resume's own record (it was `save.attempt.after`, when the
+# resume's record was labelled `attempt`; that label is now only the read-only start mark).
+@pytest.mark.parametrize("later", ["tool.before_execute:1", "save.attempt.before:1", "save.resumed.after:1"])
 def test_kills_that_land_before_the_tool_starts_do_not_use_up_its_attempts(
     sqlite_url: str, world: Path, driver: str, later: str
 ) -> None:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from unbroken import CorruptCheckpoint, IncompatibleSchema, RunNotFound, codec, open_store
+from unbroken import CorruptCheckpoint, IncompatibleSchema, RunNotFound, acceptance, codec, open_store
 from unbroken.codec import StoredRecord, checksum, decode
 
 TYPED = (CorruptCheckpoint, IncompatibleSchema)
@@ -96,15 +96,15 @@ def test_the_file_store_loads_hostile_record_and_ledger_files_only_into_typed_er
 
 def test_a_record_over_the_size_cap_is_refused_before_it_is_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
     body = json.dumps({"v": 1, "seq": 1, "padding": "x" * 5000})
-    monkeypatch.setattr(codec, "MAX_RECORD_BYTES", 1000)
+    monkeypatch.setattr(acceptance, "MAX_RECORD_BYTES", 1000)
     parsed: list[str | bytes] = []
-    real_loads = codec.loads
+    real_loads = acceptance.loads
 
     def spying_loads(text: str | bytes) -> object:
         parsed.append(text)
         return real_loads(text)
 
-    monkeypatch.setattr(codec, "loads", spying_loads)
+    monkeypatch.setattr(acceptance, "loads", spying_loads)
     with pytest.raises(CorruptCheckpoint, match="cap"):
         decode("r", [StoredRecord(1, body, checksum(body))])
     assert parsed == []

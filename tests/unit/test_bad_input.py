@@ -59,17 +59,28 @@ def test_non_json_business_state_is_refused_naming_its_path(
         store.load("r")
 
 
-def test_a_tool_that_puts_a_live_object_in_state_fails_the_save_and_keeps_the_last_one(store: Store) -> None:
-    @tool(effect="read_only")
+def test_a_tool_that_puts_a_live_object_in_state_fails_that_call_once_and_keeps_the_state(store: Store) -> None:
+    # Issue 21 item 7: the tool's own mistake fails its call with the clear error, once; it is
+    # not a crash (the run used to stop there and each resume ran the tool again, to the cap).
+    started: list[str] = []
+
+    @tool(effect="side_effect")
     def connect(*, state: dict[str, Any]) -> str:
+        started.append("connect")
         state["db"] = {"conn": object()}
+        state["fine"] = 1
         return "connected"
 
     script = [tool_turn(("t1", "connect", {})), final_turn()]
-    with pytest.raises(NotJSONValue, match=r"business_state\.db\.conn"):
-        Agent(model=ScriptedModel(script), tools=[connect], store=store).run("t", run_id="r")
+    result = Agent(model=ScriptedModel(script), tools=[connect], store=store).run("t", run_id="r")
+    assert result.status == "completed" and started == ["connect"]
     state = store.load("r")
-    assert state.phase == "running_tools" and state.business_state == {}
+    assert state.business_state == {}  # nothing of the refused change is kept
+    (answer,) = [b for m in state.messages if m["role"] == "user" for b in m["content"] if isinstance(b, dict)]
+    assert answer["is_error"] is True
+    assert "business_state.db.conn" in answer["content"] and "connected" in answer["content"]
+    (entry,) = store.ledger_list("r")
+    assert (entry.status, entry.attempts) == ("failed", 1)
 
 
 @pytest.mark.parametrize("run_id", ["../x", "/etc/passwd", "", "a\x00b", "x" * 201, "a/b", ".hidden", "-flag", "é"])

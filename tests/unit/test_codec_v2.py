@@ -204,7 +204,7 @@ def test_the_optional_fields_the_encoder_knows_are_those_small_fields_leaves_out
     from unbroken.codec import _OPTIONAL_FIELDS
 
     bare = RunState(run_id=RUN, task="t")
-    full = RunState(run_id=RUN, task="t", approvals={}, conversation={}, history_checked=1)
+    full = RunState(run_id=RUN, task="t", approvals={}, conversation={}, history_checked=1, resumes=1)
     assert set(full.small_fields()) - set(bare.small_fields()) == set(_OPTIONAL_FIELDS)
 
 

@@ -13,8 +13,9 @@ PUBLIC = {
     "InvalidTask", "InvalidStoreURL", "Lease", "LeaseError", "LeaseGuard", "LeaseHeld", "LeaseLost", "LedgerEntry",
     "Migrations", "MissingStoreFeature", "Model", "ModelCallFailed", "ModelTurn", "NotExecuted", "NotJSONValue",
     "ProposedCall", "RecordTooLarge", "RunNotFound", "RunQueued", "RunResult", "RunState", "RunSummary",
-    "SCHEMA_VERSION", "SaveInfo", "ScriptedModel", "StateError", "Store", "StoreError", "StoreUnavailable",
-    "TaskMismatch", "Tool", "ToolCall", "ToolDefinitionError", "ToolResult", "ToolSpec", "UnbrokenError", "Unknown",
+    "SCHEMA_VERSION", "SaveInfo", "ScriptedModel", "StateError", "Store", "StoreDataLost", "StoreError",
+    "StoreUnavailable", "TaskMismatch", "Tool", "ToolCall", "ToolDefinitionError", "ToolResult", "ToolSpec",
+    "UnbrokenError", "Unknown", "UnloadableState",
     "Unsupported", "__version__", "current_lease", "effect_from_mcp", "open_store", "resolve_call", "resource", "tool"
 }  # fmt: skip
 
@@ -41,7 +42,8 @@ def test_every_error_is_an_unbroken_error() -> None:
 def test_importing_unbroken_loads_no_sdk_driver_or_cli_library() -> None:
     code = (
         "import sys, unbroken\n"
-        "heavy = ('anthropic', 'openai', 'psycopg', 'click', 'rich', 'httpx2', 'agents', 'mcp', 'langgraph')\n"
+        "heavy = ('anthropic', 'openai', 'psycopg', 'click', 'rich', 'httpx2', 'agents', 'mcp', 'langgraph',\n"
+        "         'google.adk')\n"
         "heavy = [m for m in heavy + ('unbroken.integrations',) if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )

@@ -283,6 +283,8 @@ def print_run(console: Console, view: RunView, state: RunState, message_count: i
         ("updated", when(state.updated_at)),
         ("lease", lease_text(view)),
     ]
+    if state.resumes:
+        rows.append(("resumed", f"{state.resumes} time(s) (`unbroken history` says what each resume found)"))
     if state.output is not None:
         rows.append(("output", escape(brief(state.output, 300))))
     if state.error is not None:

@@ -42,7 +42,7 @@ def resume_command(ctx: click.Context, run_id: str, agent_spec: str, store_url: 
                 )
             raise RunNotFound(f"no run {run_id!r} in {store_url}")
         agent = ref.build(store)
-        result = agent.run(None, run_id=run_id)
+        result = agent.resume(run_id)  # never a fresh start: a run the store lost is RunNotFound
     finally:
         if store is not None:
             store.close()

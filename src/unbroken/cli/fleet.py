@@ -89,7 +89,7 @@ def configure_logging(verbose: int) -> None:
     """The worker's own lines (``unbroken.*``) at INFO, every other library at WARNING; ``-v``
     lets the libraries' INFO through, ``-vv`` is DEBUG for all."""
     level = logging.DEBUG if verbose >= 2 else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", force=True)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(level if verbose else logging.WARNING)
 
@@ -102,6 +102,8 @@ def summary(stats: WorkerStats) -> str:
         f"{stats.lost} lost to another worker",
         f"{stats.errors} failed and left for retry",
     ]
+    if stats.data_lost:
+        parts.append(f"{stats.data_lost} LOST BY THE STORE (not started over; see the log)")
     if stats.settled:
         parts.append("calls settled on resume: " + ", ".join(f"{n} {how}" for how, n in sorted(stats.settled.items())))
     parts.append(f"{stats.awaiting_approval} awaiting approval")

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
 from .. import SCHEMA_VERSION, ops, paging
+from ..codec import save_info
 from ..errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, LeaseHeld, RunNotFound
 from ..state import RunSummary, SaveInfo, check_run_id
 from ..stores import Store, open_store
@@ -151,8 +153,9 @@ def history_command(run_id: str, last: int | None, from_seq: int | None, show_al
         count = LAST_SAVES if last is None else last
         first = from_seq if from_seq is not None else max(1, head.seq - count + 1)
         page = paging.timeline_page(store, run_id, first, first + count - 1)
-        notes = ops.settlements(store, run_id, records=page.records) if _resumed(page.saves) else {}
+        notes = ops.settlements(store, run_id, records=page.records)
     _history_table(console, run_id, page.saves, notes, title=True)
+    _print_resumes(console, page.fields)
     shown = page.saves
     oldest = page.first or 1
     if shown and (shown[0].seq > oldest or shown[-1].seq < page.head):
@@ -165,9 +168,13 @@ def history_command(run_id: str, last: int | None, from_seq: int | None, show_al
         console.print(f"[yellow]warning:[/] {escape(page.problem)}; the table stops at the last intact save point")
 
 
-def _resumed(saves: list[SaveInfo]) -> bool:
-    """Settlement notes start at a resume's save point (labels attempt/repaired)."""
-    return any(info.label in ("attempt", "repaired") for info in saves)
+def _print_resumes(console: Console, fields: dict[str, Any] | None) -> None:
+    """How many times the run was resumed in all, as its state counts them (``fields``: folded
+    through the last save point shown; each resume's record says what it found)."""
+    resumes = int((fields or {}).get("resumes", 0))
+    if resumes:
+        upto = (fields or {}).get("save_seq", "?")
+        console.print(f"resumed {resumes} time(s) up to save point {upto} (a crash or a stop each)")
 
 
 def _history_table(
@@ -176,7 +183,7 @@ def _history_table(
     console.print(history_table(saves, title=f"save points of {escape(run_id)}" if title else None))
     shown = {info.seq for info in saves}
     if any(seq in shown for seq in notes):
-        console.print("crashes, and how each call left without a result was settled:")
+        console.print("what each resume found, and how calls were settled (as the engine recorded it):")
     for seq, lines in notes.items():
         for line in lines if seq in shown else ():
             console.print(f"  save {seq}: {escape(line)}")
@@ -186,10 +193,12 @@ def _history_all(console: Console, store: Store, run_id: str) -> None:
     """Every save point, a page at a time (constant memory). Damage stops the stream there; the
     whole-run decode then says what is wrong, as ``store.history`` reports it."""
     first = True
+    fields: dict[str, Any] | None = None
     try:
-        for saves in paging.iter_timeline(store, run_id):
-            _history_table(console, run_id, saves, {}, title=first)
-            first = False
+        for saves, records, folded in _pages(store, run_id):
+            _history_table(console, run_id, saves, ops.settlements(store, run_id, records=records), title=first)
+            first, fields = False, folded
+        _print_resumes(console, fields)
     except paging.Unusual:
         decoded = store.decode(run_id, recover=True)
         if first:  # nothing shown yet: the save points before the damage
@@ -198,6 +207,24 @@ def _history_all(console: Console, store: Store, run_id: str) -> None:
             console.print(
                 f"[yellow]warning:[/] {escape(decoded.problem)}; the table stops at the last intact save point"
             )
+
+
+def _pages(store: Store, run_id: str) -> Iterator[tuple[list[SaveInfo], list[dict[str, Any]], dict[str, Any]]]:
+    """Every save point with its record and the fields folded through the page's last one, a
+    page at a time (constant memory)."""
+    saves: list[SaveInfo] = []
+    records: list[dict[str, Any]] = []
+    folded: dict[str, Any] = {}
+    head = store.read_head(run_id)
+    for record, fields in paging.walk(store, run_id, 0, head.seq if head is not None else 0):
+        saves.append(save_info(record, fields))
+        records.append(record)
+        folded = fields
+        if len(saves) >= paging.PAGE_RECORDS:
+            yield saves, records, folded
+            saves, records = [], []
+    if saves:
+        yield saves, records, folded
 
 
 @main.command("export")

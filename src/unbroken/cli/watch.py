@@ -36,16 +36,19 @@ def events(update: Update, seen: set[str]) -> list[tuple[float, int, str]]:
     happened: a call's ``pending`` (its intent, at its creation) comes after the save point that
     asked for it and before the one that holds its result, even when one poll saw both. ``seen``:
     the keys already shown (updated here)."""
-    lines = [(info.at, 0, _line(update.run_id, info, update.calls.get(info.seq, []))) for info in update.saves]
+    lines: list[tuple[float, int, str]] = []  # (time, 0 for a save point and its notes / 1 for the ledger, line)
+    for info in update.saves:
+        lines.append((info.at, 0, _line(update.run_id, info, update.calls.get(info.seq, []))))
+        lines += [(info.at, 0, f"  {escape(note)}") for note in update.notes.get(info.seq, ())]
     for entry in update.effects:
         if entry.key not in seen and entry.status != "pending":  # its intent was not shown: it came first
             lines.append((entry.created_at, 1, _effect_line(entry, "pending")))
         seen.add(entry.key)
         lines.append((entry.updated_at, 1, _effect_line(entry, entry.status)))
-    return sorted(lines, key=lambda line: (line[0], line[1]))
+    return sorted(lines, key=lambda line: (line[0], line[1]))  # stable: a save's notes stay under it
 
 
-def _panel(run_id: str, recent: list[tuple[SaveInfo, list[str]]], update: Update) -> Group:
+def _panel(run_id: str, recent: list[tuple[SaveInfo, list[str]]], update: Update, notes: dict[int, list[str]]) -> Group:
     table = Table(title=f"run {escape(run_id)}", title_justify="left")
     for name in ("seq", "label", "phase", "turns", "tokens", "calls", "time"):
         table.add_column(name)
@@ -60,7 +63,9 @@ def _panel(run_id: str, recent: list[tuple[SaveInfo, list[str]]], update: Update
             when(info.at, precise=True),
         )
     holder = escape(update.holder) if update.holder else "nobody (not running)"
-    return Group(table, f"phase {phase_text(update.phase)}; lease held by {holder}")
+    shown = {info.seq for info, _calls in recent[-SHOWN:]}
+    lines = [f"save {seq}: {escape(note)}" for seq in sorted(notes) if seq in shown for note in notes[seq]]
+    return Group(table, *lines, f"phase {phase_text(update.phase)}; lease held by {holder}")
 
 
 @main.command("watch")
@@ -93,10 +98,12 @@ def watch_command(run_id: str, interval: float, timeout: float | None, wait_for:
         last: Update | None = None
         if console.is_terminal:
             recent: list[tuple[SaveInfo, list[str]]] = []
+            notes: dict[int, list[str]] = {}
             with Live(console=console, refresh_per_second=8) as live:
                 for last in updates:
                     recent += [(info, last.calls.get(info.seq, [])) for info in last.saves]
-                    live.update(_panel(run_id, recent, last))
+                    notes.update(last.notes)
+                    live.update(_panel(run_id, recent, last, notes))
         else:
             seen: set[str] = set()
             for last in updates:

@@ -99,6 +99,11 @@ class RunLog:
         with self._lock:
             return self._loaded().save_seq > 0
 
+    def save_seq(self) -> int:
+        """The revision this process last saw (0: never saved): every save bumps it."""
+        with self._lock:
+            return self._loaded().save_seq
+
     # ------------------------------------------------------------------ writing
 
     def append(self, items: Sequence[JSONValue] = (), head: dict[str, JSONValue] | None = None) -> None:

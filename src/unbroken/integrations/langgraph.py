@@ -46,11 +46,14 @@ from langgraph.checkpoint.base import (
 
 from ..errors import ConfigError
 from ..stores.base import Store
+from . import _lgtools
+from ._effects import current_call
 from ._lgthread import Thread, version_key
+from ._lgtools import DurableToolCalls, durable_tool_node
 from ._lgvalues import ValueCodec
 from ._runlog import RunLog, list_logs, log_id
 
-LOG_PREFIX = "langgraph."
+LOG_PREFIX = _lgtools.LOG_PREFIX
 
 
 class UnbrokenSaver(BaseCheckpointSaver[int]):
@@ -279,7 +282,10 @@ class UnbrokenSaver(BaseCheckpointSaver[int]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints, newest first, of one thread (or of all), optionally of one namespace,
-        whose metadata holds every ``filter`` pair, older than ``before``, at most ``limit``."""
+        whose metadata holds every ``filter`` pair, older than ``before``, at most ``limit``
+        (``limit`` 0 or less: none, as LangGraph's own savers)."""
+        if limit is not None and limit <= 0:
+            return
         configurable = (config or {}).get("configurable", {})
         thread_ids = [str(configurable["thread_id"])] if configurable.get("thread_id") is not None else None
         wanted_ns = configurable.get("checkpoint_ns")
@@ -394,4 +400,4 @@ class UnbrokenSaver(BaseCheckpointSaver[int]):
         await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
 
 
-__all__ = ["UnbrokenSaver"]
+__all__ = ["DurableToolCalls", "UnbrokenSaver", "current_call", "durable_tool_node"]

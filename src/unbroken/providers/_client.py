@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ConfigError
+from ..usage import token_count
 
 
 class InvalidHistory(ValueError):
@@ -59,8 +60,7 @@ async def apost(create: Callable[..., Any], request: Mapping[str, Any]) -> dict[
 
 
 def int_field(mapping: Mapping[str, Any], key: str) -> int:
-    value = mapping.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return token_count(mapping.get(key)) or 0
 
 
 def usage_of(response: Mapping[str, Any]) -> dict[str, Any]:

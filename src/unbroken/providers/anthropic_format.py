@@ -13,6 +13,7 @@ from typing import Any
 
 from ..model import ModelTurn, ProposedCall
 from ..state import JSONValue, ToolCall, ToolResult
+from ..usage import token_count
 from ._history import (
     HistoryFormat,
     assistant_messages,
@@ -49,19 +50,20 @@ def text_of(content: Sequence[Any]) -> str:
     )
 
 
-def tokens_of(usage: Mapping[str, Any]) -> int:
+def tokens_of(usage: object) -> int:
+    """The tokens an answer's ``usage`` counts (each part a valid count, ``usage.token_count``)."""
+    if not isinstance(usage, Mapping):
+        return 0
     total = 0
     for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
-        value = usage.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            total += value
+        total += token_count(usage.get(key)) or 0  # (a value that is no count is dropped: usage.py)
     return total
 
 
 def assistant_turn(
     content: list[Any],
     calls: list[ProposedCall],
-    usage: dict[str, Any],
+    usage: Any,
     *,
     stop_reason: str | None,
     text: str,

@@ -68,7 +68,7 @@ class ScriptedModel(FormatModel):
         response = json.loads(json.dumps(self.responses[index]))  # a private copy, as an SDK would give
         content = response["content"]
         stop_reason = response.get("stop_reason")
-        usage = response.get("usage") or {}
+        usage = response.get("usage")  # as the script gives it: odd values are dropped with a note (usage.py)
         calls = fmt.tool_calls(content)
         done = not calls and stop_reason in fmt.FINAL_STOP_REASONS
         return fmt.assistant_turn(content, calls, usage, stop_reason=stop_reason, text=fmt.text_of(content), done=done)

@@ -24,8 +24,9 @@ A4. ``swap_head`` is a compare-and-set on the head: it writes ``new`` only if th
     equals ``expected`` (all fields; ``None``: the run has no head yet) and returns whether it did.
     It never moves ``seq`` (only records do) and the fence it writes never goes down.
 A5. ``insert_entry`` is insert-if-absent, atomic across threads and processes: of two inserts of
-    one key exactly one writes. ``insert_entry`` and ``put_entry`` with a ``fence`` write only
-    while the head's fence is ``fence`` (else ``Refused``).
+    one key of a run exactly one writes. Entries are keyed by (run id, key): no primitive called
+    for one run reads or writes another run's entry, whatever its key. ``insert_entry`` and
+    ``put_entry`` with a ``fence`` write only while the head's fence is ``fence`` (else ``Refused``).
 A6. ``store_time`` is the one clock leases are judged by (the database's, where there is one), so
     a worker with a wrong clock can neither extend nor steal a lease.
 A7. Durable when a write returns, at the level ``durability`` declares.

@@ -27,6 +27,7 @@ from ..errors import (
     LeaseLost,
     RunNotFound,
     RunQueued,
+    StoreDataLost,
     StoreUnavailable,
     TaskMismatch,
     UnbrokenError,
@@ -40,7 +41,34 @@ UNCLAIMABLE_PHASES = TERMINAL_PHASES | {"paused", "awaiting_approval"}
 SUGGEST_FROM = 500  # run ids a "did you mean" compares a missing one with: one bounded page
 _CAS_ATTEMPTS = 50  # a head only moves when someone saves or leases; 50 misses in a row is a fault
 
-__all__ = ["CAPABILITIES", "ClaimedRun", "Store"]
+__all__ = ["CAPABILITIES", "ClaimedRun", "Store", "data_lost"]
+
+
+def data_lost(
+    run_id: str, head: RunHead | None, *, fence: int, expect_seq: int = 0, owner: str | None = None
+) -> StoreDataLost | None:
+    """The one rule telling lost data from a lost lease, for the holder of ``fence`` whose
+    write or renewal was just refused, given the head as stored now: ``StoreDataLost`` when
+    that head cannot be another holder's (fences and save numbers only grow, and every new
+    holder bumps the fence), else None (another holder took the run: ``LeaseLost``).
+
+    ``expect_seq`` is the save the holder saw stored under its fence; ``owner`` its name
+    (known to a renewal). A fence that went backwards or a head that is gone can only come from
+    a store that lost data (a server restarted empty, evicted keys) or a run deleted under
+    its holder; so can the same fence under another owner (fences restarted from nothing)."""
+    if head is None or head == RunHead():  # an empty head is no head (the file store may show one)
+        what = "its head is gone (the run has no lease, no save number, no fence any more)"
+    elif head.fence < fence:
+        what = f"its fence went back from {fence} to {head.fence}"
+    elif head.fence == fence and head.seq < expect_seq:
+        what = f"its save number went back from {expect_seq} to {head.seq} under this holder's own fence"
+    elif head.fence == fence and owner is not None and head.owner is not None and head.owner != owner:
+        what = f"its fence {fence} now names another holder ({head.owner}): fences restarted from nothing"
+    else:
+        return None
+    return StoreDataLost(
+        f"run {run_id!r}: {what}, while this process held its lease (fence {fence}). {StoreDataLost()}"
+    )
 
 
 @dataclass(frozen=True)
@@ -70,7 +98,11 @@ class Store(Backend):
     # ------------------------------------------------------------------ refusals
 
     def _refusal(self, run_id: str, expect_seq: int, fence: int | None) -> Exception:
-        head = self.read_head(run_id) or RunHead()
+        stored = self.read_head(run_id)
+        lost = data_lost(run_id, stored, fence=fence, expect_seq=expect_seq) if fence is not None else None
+        if lost is not None:
+            return lost
+        head = stored or RunHead()
         if fence is not None and head.fence != fence:
             return LeaseLost(
                 f"run {run_id!r} is now owned under fence {head.fence}, not {fence}; this write was refused"
@@ -83,8 +115,9 @@ class Store(Backend):
         """Write one save record, its summary and its ledger entries, if and only if the run's
         head is ``expect_seq`` (0 for a new run) and, when ``fence`` is given, the run's fence
         token is ``fence``. The ledger entries are durable no later than the record. Durable
-        when it returns (at the store's durability level). Raises ``LeaseLost`` or
-        ``ConcurrentSave`` having written nothing."""
+        when it returns (at the store's durability level). Raises ``LeaseLost``,
+        ``ConcurrentSave`` or (the run's data vanished under this fence) ``StoreDataLost``,
+        having written nothing."""
         run_id = check_run_id(save.run_id)
         if save.seq != expect_seq + 1:
             raise ValueError(f"save {save.seq} cannot follow save {expect_seq}; a save's seq is its predecessor's + 1")
@@ -263,8 +296,13 @@ class Store(Backend):
             raise self._refusal(run_id, 0, fence) from None
         if existing is None:
             return replace(entry), True
-        stored = self._checked(run_id, existing)
-        assert stored is not None
+        stored = self._checked(run_id, existing, entry.key)
+        if stored is None:  # the backend answered with an entry of another run or key: never use it
+            raise CorruptCheckpoint(
+                f"effect ledger entry {entry.key!r} of run {run_id!r} is stored as run {existing.entry.run_id!r}'s "
+                f"entry {existing.entry.key!r} (edited or damaged); nothing was changed. Restore it from a backup",
+                last_good_seq=None,
+            )
         return stored, False
 
     def ledger_put(self, entry: LedgerEntry, *, fence: int | None = None) -> None:
@@ -339,10 +377,14 @@ class Store(Backend):
         raise StoreUnavailable(f"the lease of run {run_id!r} kept changing under {_CAS_ATTEMPTS} attempts; retry")
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        """Extend the lease; ``LeaseLost`` if its fence is no longer current."""
+        """Extend the lease; ``LeaseLost`` if its fence is no longer current, ``StoreDataLost``
+        if the run's head vanished or went backwards (``data_lost``)."""
         for _ in range(_CAS_ATTEMPTS):
             head = self.read_head(lease.run_id)
             if head is None or head.fence != lease.fence or head.owner != lease.owner:
+                lost = data_lost(lease.run_id, head, fence=lease.fence, owner=lease.owner)
+                if lost is not None:
+                    raise lost
                 raise LeaseLost(f"lease on run {lease.run_id!r} (fence {lease.fence}) was taken over")
             new = replace(head, expires_at=self.store_time() + ttl)
             if self.swap_head(lease.run_id, head, new):

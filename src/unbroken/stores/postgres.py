@@ -7,6 +7,9 @@ URL options (any other query parameter, such as ``sslmode`` or ``application_nam
 * ``pool_size=N``: the most connections this process opens (default 4).
 * ``retry_for=SECONDS``: how long one operation keeps retrying while the server is unreachable
   (default 10) before it raises ``StoreUnavailable``.
+* ``durability=full|normal`` (default ``full``): ``full`` refuses a server with ``fsync=off`` or
+  ``synchronous_commit=off`` (``InsufficientDurability``, checked at open and at every lease
+  acquisition); ``normal`` accepts it and declares only ``process_crash`` durability.
 
 Every statement lives in ``sql/postgres/queries.sql`` and takes its values as bound parameters.
 A save point is one statement (so one atomic write): it advances the run's head only if the head
@@ -40,8 +43,9 @@ from .. import clock, crashpoints
 from ..codec import EncodedSave, StoredRecord, dumps
 from ..errors import ConcurrentSave, IncompatibleSchema, InvalidStoreURL, StoreUnavailable
 from ..state import Lease, RunSummary
+from ._postgres_settings import check_durability, level_of
 from ._rows import ledger_from_row, ledger_to_row
-from .backend import Refused, RunHead, SealedEntry, Submission, seal
+from .backend import Durability, Refused, RunHead, SealedEntry, Submission, seal
 from .base import ClaimedRun, Store
 
 T = TypeVar("T")
@@ -51,7 +55,7 @@ DEFAULT_SCHEMA = "public"
 DEFAULT_POOL_SIZE = 4
 DEFAULT_RETRY_FOR = 10.0
 CONNECT_TIMEOUT_S = 5
-_STORE_OPTIONS = frozenset({"schema", "pool_size", "retry_for"})
+_STORE_OPTIONS = frozenset({"schema", "pool_size", "retry_for", "durability"})
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _MIGRATION_FILE = re.compile(r"(\d{4})_(\w+)\.sql")
 _LEDGER_FIELDS = ("key", "run_id", "call_id", "tool", "args_hash", "status", "attempts", "result")
@@ -158,6 +162,8 @@ class PostgresURL:
     retry_for: float
     where: str
     """Host, port, database and user, for messages (never the password)."""
+    level: str = "full"
+    """What the URL asks of the server (``durability=full|normal``, ``_postgres_settings``)."""
 
 
 def parse_url(url: str) -> PostgresURL:
@@ -191,7 +197,7 @@ def parse_url(url: str) -> PostgresURL:
     port = parts.port or 5432
     database = parts.path.lstrip("/") or parts.username or "(default)"
     where = f"{host}:{port} database {database!r} user {parts.username or '(default)'!r} schema {schema!r}"
-    return PostgresURL(conninfo, schema, pool_size, retry_for, where)
+    return PostgresURL(conninfo, schema, pool_size, retry_for, where, level_of(ours))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -206,7 +212,7 @@ class PostgresStore(Store):
     its own connection pool (a forked child opens a new one)."""
 
     capabilities = frozenset({"leases", "ledger", "multi_process", "multi_host", "claim"})
-    durability = "power_loss"
+    durability: Durability = "power_loss"
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -221,6 +227,7 @@ class PostgresStore(Store):
                 # the schema is checked, so the store's first operation finds one ready.
                 self._open_pool()
                 migrate(conn, self.schema)
+                self.durability = self._check_server(conn)
         except psycopg.OperationalError as exc:
             self.close()
             raise StoreUnavailable(
@@ -510,7 +517,7 @@ class PostgresStore(Store):
                 return None
             if not self._fence_is(conn, sealed.entry.run_id, fence):
                 raise Refused
-            row = conn.execute(Q["ledger_get_any"], {"key": sealed.entry.key}).fetchone()
+            row = conn.execute(Q["ledger_get"], {"run_id": sealed.entry.run_id, "key": sealed.entry.key}).fetchone()
             if row is None:
                 raise ConcurrentSave(f"ledger key {sealed.entry.key} vanished while being claimed; try again")
             stored = _sealed(row)
@@ -579,7 +586,24 @@ class PostgresStore(Store):
         rows = self._run(lambda conn, _: conn.execute(Q["list_submissions"]).fetchall())
         return [Submission(*row) for row in rows]
 
+    def _check_server(self, conn: Conn) -> Durability:
+        """What the server gives now (``fsync``, ``synchronous_commit``); ``InsufficientDurability``
+        if less than the URL asks. One round trip."""
+        fsync, synchronous_commit = conn.execute(Q["server_durability"]).fetchone() or ("on", "on")
+        return check_durability(self.settings.level, fsync, synchronous_commit, self.settings.where)
+
+    def check_server(self) -> Durability:
+        """``_check_server`` on a pooled connection: at every lease acquisition, since a reload
+        of the server can change both settings while the store is open."""
+        return self._run(lambda conn, _: self._check_server(conn))
+
+    def acquire_lease(self, run_id: str, owner: str, ttl: float, *, takeover_from: str | None = None) -> Lease:
+        """As ``Store.acquire_lease``, after ``check_server``."""
+        self.check_server()
+        return super().acquire_lease(run_id, owner, ttl, takeover_from=takeover_from)
+
     def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
+        self.check_server()
         params = {"owner": owner, "ttl": float(ttl), "agent": agent, "limit": int(limit)}
         rows = self._run(lambda conn, _: conn.execute(Q["claim_runnable"], params).fetchall())
         return [

@@ -10,6 +10,12 @@ URL options (the rest of the URL, password and ``rediss://`` for TLS included, g
   a power loss up to about a second. ``none`` accepts any server (a server that keeps nothing on
   disk loses every run when it restarts). A server that does less than asked is refused with
   ``InsufficientDurability`` saying what to set; the store never claims more than the server gives.
+  At every level the server must not evict run keys: ``maxmemory-policy`` ``noeviction`` (the
+  default) or ``volatile-*`` (unbroken sets no TTL); ``allkeys-*`` (a Redis shared with a cache)
+  is refused. The settings are read again at every lease acquisition (``CONFIG SET`` changes
+  them live), so a run never starts on a server that stopped keeping what it was promised.
+* ``assume_noeviction=yes``: for a managed Redis that answers neither ``CONFIG GET`` nor
+  ``INFO memory``: the operator vouches that its ``maxmemory-policy`` is ``noeviction``.
 * ``prefix=NAME`` (default ``unbroken``): the key prefix, so several stores can share a database.
 * ``retry_for=SECONDS`` (default 10): how long one operation keeps retrying while the server is
   unreachable (a restart, a fail-over) before it raises ``StoreUnavailable``.
@@ -34,7 +40,7 @@ from ..codec import EncodedSave, PackedRecords, StoredRecord, dumps
 from ..errors import CorruptCheckpoint, InvalidStoreURL, StoreUnavailable
 from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunSummary
 from . import _redis_scripts as lua
-from ._redis_settings import LEVELS, check_durability, split_url, where_of
+from ._redis_settings import LEVELS, UNKNOWN, ServerSettings, assume_noeviction, check_durability, split_url, where_of
 from .backend import Durability, Refused, RunHead, SealedEntry, Submission, newest_snapshot_between, seal
 from .base import UNCLAIMABLE_PHASES, ClaimedRun, Store
 
@@ -56,6 +62,8 @@ class RedisStore(Store):
         level = options.get("durability", "full")
         if level not in LEVELS:
             raise InvalidStoreURL(f"durability={level!r} in store URL; use one of {', '.join(LEVELS)}")
+        self.level = level
+        self.assume_noeviction = assume_noeviction(options)
         if not self.prefix or any(ch in self.prefix for ch in " :*?[]{}"):
             raise InvalidStoreURL(f"prefix={self.prefix!r} in store URL; use letters, digits, '-', '_' or '.'")
         try:
@@ -76,7 +84,7 @@ class RedisStore(Store):
                 *("RECORDS_BETWEEN", "SUMMARIES_AFTER"),
             )
         }
-        self.durability = self._check_durability(level)
+        self.durability = self.check_server()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -104,19 +112,44 @@ class RedisStore(Store):
             except redis.RedisError as exc:
                 raise StoreUnavailable(f"Redis at {self.where}: {exc}") from exc
 
-    def _check_durability(self, level: str) -> Durability:
-        """What the server gives (its persistence settings); refuse it if less than ``level``."""
+    def server_settings(self) -> ServerSettings:
+        """The server's persistence and eviction settings: ``CONFIG GET`` (one round trip), or
+        ``INFO`` where CONFIG is renamed or disabled (as on many managed services)."""
         try:
-            settings = self._call(lambda _: self._client.config_get("append*"))
-            found = {_text(key): _text(value) for key, value in settings.items()}
-            appendonly, appendfsync = found.get("appendonly", "no"), found.get("appendfsync", "no")
+            append, policy = self._call(self._config_get)
+            found = {_text(key): _text(value) for reply in (append, policy) for key, value in reply.items()}
+            return ServerSettings(
+                found.get("appendonly", "no"), found.get("appendfsync", "no"), found.get("maxmemory-policy", UNKNOWN)
+            )
         except StoreUnavailable as exc:
             if not isinstance(exc.__cause__, redis.ResponseError):  # CONFIG renamed or disabled
                 raise
-            info = self._call(lambda _: self._client.info("persistence"))
-            appendonly = "yes" if info.get("aof_enabled") else "no"
-            appendfsync = "unknown (CONFIG is disabled on this server)"
-        return check_durability(level, appendonly, appendfsync, self.where)
+        info = self._info("persistence")
+        memory = self._info("memory")
+        appendonly = ("yes" if info.get("aof_enabled") else "no") if info else f"{UNKNOWN} (INFO is disabled)"
+        policy = _text(memory.get("maxmemory_policy", f"{UNKNOWN} (CONFIG GET and INFO memory are disabled)"))
+        return ServerSettings(appendonly, "unknown (CONFIG is disabled on this server)", policy)
+
+    def _config_get(self, _: bool) -> list[Any]:
+        pipe = self._client.pipeline(transaction=False)
+        pipe.config_get("append*")
+        pipe.config_get("maxmemory-policy")
+        return list(pipe.execute())
+
+    def _info(self, section: str) -> dict[str, Any]:
+        try:
+            return dict(self._call(lambda _: self._client.info(section)))
+        except StoreUnavailable as exc:
+            if not isinstance(exc.__cause__, redis.ResponseError):
+                raise
+            return {}
+
+    def check_server(self) -> Durability:
+        """What the server gives now; ``InsufficientDurability`` if it no longer keeps what the
+        URL asks (read at open and at every lease acquisition: CONFIG SET changes it live)."""
+        return check_durability(
+            self.level, self.server_settings(), self.where, assumed_noeviction=self.assume_noeviction
+        )
 
     def close(self) -> None:
         self._client.close()
@@ -410,10 +443,18 @@ class RedisStore(Store):
         stored = self._call(lambda _: script(keys=keys, args=args))
         return _parse_submission(submission.run_id, stored) if stored else None
 
+    def acquire_lease(self, run_id: str, owner: str, ttl: float, *, takeover_from: str | None = None) -> Lease:
+        """As ``Store.acquire_lease``, after checking that the server still keeps what the URL
+        asks (``check_server``: one round trip; its settings can change while it runs)."""
+        self.check_server()
+        return super().acquire_lease(run_id, owner, ttl, takeover_from=takeover_from)
+
     def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
         """As ``Store.claim_runnable``, with the phase and the lease checked in the same script
         that takes the lease (the default reads phases first, so a run finishing meanwhile could
-        be claimed again). Only queued runs not yet seen finished are looked at."""
+        be claimed again). Only queued runs not yet seen finished are looked at. The server's
+        settings are checked first, as in ``acquire_lease``."""
+        self.check_server()
         script = self._scripts["CLAIM"]
         phases = (",".join(sorted(UNCLAIMABLE_PHASES)), ",".join(sorted(TERMINAL_PHASES)))
         queued_ids = [_text(r) for r in self._call(lambda _: self._client.zrange(self._key("queue"), 0, -1))]

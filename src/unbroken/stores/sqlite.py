@@ -39,7 +39,9 @@ from ._rows import ledger_from_row, ledger_to_row
 from .backend import Refused, RunHead, SealedEntry, Submission
 from .base import Store
 
-STORE_SCHEMA = 4  # 4: unbroken_segments (older records packed); 3: the unbroken_append view; 2: ledger checksums
+STORE_SCHEMA = 5
+"""5: ledger keyed by (run_id, key); 4: unbroken_segments (older records packed); 3: the unbroken_append
+view; 2: ledger checksums."""
 BUSY_TIMEOUT_MS = 10_000
 PAGE_SIZE = 4096
 # Page size of NEW store files (an existing file keeps its own). Measured 2026-11-30 (10,000
@@ -164,12 +166,16 @@ class SQLiteStore(Store):
             raise StoreUnavailable(f"cannot put {self.path} in WAL mode (got {mode!r})")
         from importlib import resources  # only here: importing it costs a resume ~10 ms (zipfile, tempfile, ...)
 
-        schema = resources.files("unbroken.stores").joinpath("sql/sqlite_schema.sql").read_text()
+        sql_files = resources.files("unbroken.stores").joinpath("sql")
+        schema = sql_files.joinpath("sqlite_schema.sql").read_text()
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = self._schema_version(conn)  # another process may have done it meanwhile
             if version == 1:
                 conn.execute("ALTER TABLE unbroken_effects ADD COLUMN checksum TEXT")
+            if 0 < version < 5:
+                for statement in _statements(sql_files.joinpath("sqlite_ledger_per_run.sql").read_text()):
+                    conn.execute(statement)
             if version < STORE_SCHEMA:
                 for statement in _statements(schema):
                     conn.execute(statement)
@@ -480,17 +486,20 @@ class SQLiteStore(Store):
     def _upsert(self, conn: sqlite3.Connection, sealed: SealedEntry) -> None:
         conn.execute(
             f"INSERT INTO unbroken_effects ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET status=excluded.status, attempts=excluded.attempts, "
+            "ON CONFLICT (run_id, key) DO UPDATE SET status=excluded.status, attempts=excluded.attempts, "
             "result=excluded.result, updated_at=excluded.updated_at, args_hash=excluded.args_hash, "
             "call_id=excluded.call_id, tool=excluded.tool, created_at=excluded.created_at, "
-            "run_id=excluded.run_id, checksum=excluded.checksum",
+            "checksum=excluded.checksum",
             (*ledger_to_row(sealed.entry, dumps), sealed.checksum),
         )
 
     def insert_entry(self, sealed: SealedEntry, *, fence: int | None) -> SealedEntry | None:
         with self._write() as conn:
             self._fenced(conn, sealed.entry.run_id, fence)
-            row = conn.execute(f"SELECT {_LEDGER_COLUMNS} FROM unbroken_effects WHERE key=?", (sealed.entry.key,))
+            row = conn.execute(
+                f"SELECT {_LEDGER_COLUMNS} FROM unbroken_effects WHERE run_id=? AND key=?",
+                (sealed.entry.run_id, sealed.entry.key),
+            )
             found = row.fetchone()
             if found is not None:
                 return _sealed(found)
@@ -503,7 +512,7 @@ class SQLiteStore(Store):
             self._upsert(conn, sealed)
 
     def get_entry(self, run_id: str, key: str) -> SealedEntry | None:
-        rows = self._read(f"SELECT {_LEDGER_COLUMNS} FROM unbroken_effects WHERE key=? AND run_id=?", (key, run_id))
+        rows = self._read(f"SELECT {_LEDGER_COLUMNS} FROM unbroken_effects WHERE run_id=? AND key=?", (run_id, key))
         return _sealed(rows[0]) if rows else None
 
     def list_entries(self, run_id: str) -> list[SealedEntry]:

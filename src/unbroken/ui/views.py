@@ -49,7 +49,7 @@ def save_kind(label: str) -> str:
         return "model"
     if label in ("tool_result", "tools_done"):
         return "tool"
-    if label in ("attempt", "repaired"):
+    if label in ("resumed", "attempt", "repaired"):
         return "reconcile"
     if label == "compacted":
         return "compaction"
@@ -215,15 +215,6 @@ class Timeline:
             return None
         return at
 
-    def crashes(self) -> int:
-        return sum(1 for info in self.saves if save_kind(info.label) == "reconcile")
-
-
-def _resumed(saves: list[SaveInfo]) -> bool:
-    """Settlement notes start at a resume's save point (labels attempt/repaired, see
-    ``ops.settlements``): a page without one has none, and skips a pass over its records."""
-    return any(save_kind(info.label) == "reconcile" for info in saves)
-
 
 @dataclass
 class Detail:
@@ -300,7 +291,7 @@ class RunDetails:
         if decoded is None or view.state is None:
             return Detail(seq, view, Timeline([], [], {}), 0)
         saves = decoded.timeline
-        notes = ops.settlements(self.store, run_id, decoded=decoded) if _resumed(saves) else {}
+        notes = ops.settlements(self.store, run_id, decoded=decoded)
         timeline = Timeline(saves, [record["msg_start"] for record in decoded.records], notes)
         total = len(view.state.messages)
         detail = Detail(seq, view, timeline, len(saves), whole=decoded)
@@ -311,7 +302,7 @@ class RunDetails:
 def _timeline_of(store: Store, run_id: str, page: paging.TimelinePage, *, drop_first: bool) -> Timeline:
     """``page`` as the page shows it; ``drop_first``: its first save was read only for the tokens
     used before the next one."""
-    notes = ops.settlements(store, run_id, records=page.records) if _resumed(page.saves) else {}
+    notes = ops.settlements(store, run_id, records=page.records)
     saves, starts, before = page.saves, page.starts, 0
     if drop_first and saves:
         saves, starts, before = saves[1:], starts[1:], saves[0].tokens_used
@@ -386,7 +377,7 @@ def run_page(details: RunDetails, run_id: str) -> dict[str, Any]:
         "messages": detail.messages,
         "timeline_count": detail.timeline_count,
         "timeline": timeline.rows(len(timeline) - TIMELINE_PAGE, len(timeline)),
-        "crashes": timeline.crashes(),
+        "crashes": state.resumes,  # as the run counts its resumes (each one's record says what it found)
         "ledger": [entry.to_json() for entry in view.ledger],
         "ledger_earlier": view.ledger_earlier,
         "unsettled": _unsettled(state, view),

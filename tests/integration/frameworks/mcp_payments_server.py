@@ -4,7 +4,8 @@ Usage: python mcp_payments_server.py STATE_DIR stdio|http [PORT]
 
 Every effect is appended to STATE_DIR/effects.jsonl (fsynced) with the idempotency key it
 arrived with. While STATE_DIR/hang exists, ``send_payment`` stops right after recording its
-effect, so the test can kill the agent inside the destructive tool.
+effect, so the test can kill the agent inside the destructive tool. While STATE_DIR/down
+exists, the server exits at start (a server that stays down).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, cast
+
+if __name__ == "__main__" and (Path(sys.argv[1]) / "down").exists():
+    sys.exit(1)  # before importing mcp: a server that stays down fails fast
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
@@ -81,6 +85,37 @@ def show_meta(ctx: Context) -> str:
     """Echo the request's unbroken metadata (no annotations: a side effect by default)."""
     meta = ctx.request_context.meta or {}
     return json.dumps({k: v for k, v in meta.items() if k.startswith("unbroken/")})
+
+
+@app.tool(annotations=ToolAnnotations(read_only_hint=True))
+def server_pid() -> int:
+    """This server process's id (the tests kill it)."""
+    return os.getpid()
+
+
+def refund(account: str, amount: int) -> str:
+    """Refund a payment (offered only after enable_refunds)."""
+    return f"refunded {amount} to {account}"
+
+
+@app.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True, destructive_hint=False))
+async def enable_refunds(ctx: Context) -> str:
+    """Offer the refund tool from now on (the tool list changes)."""
+    app.add_tool(refund)
+    await ctx.notify_tools_changed()
+    return "refunds enabled"
+
+
+@app.resource("payments://effects", mime_type="application/json")
+def effects_resource() -> str:
+    """Every effect the server recorded."""
+    return json.dumps(effects())
+
+
+@app.prompt()
+def pay_invoice(account: str) -> str:
+    """Ask the agent to pay an account's open invoice."""
+    return f"Pay the open invoice of {account}, once."
 
 
 @app.tool(name="audit.log", annotations=ToolAnnotations(read_only_hint=True))

@@ -169,3 +169,13 @@ def test_deleting_a_run_keeps_what_a_later_run_still_reads(tmp_path: Path) -> No
     [left] = list(saver.list({"configurable": {"thread_id": "t"}}))
     assert left.metadata["run_id"] == "run-b"
     assert left.checkpoint["channel_values"]["messages"] == ["m0", "m1", "m2"]
+
+
+def test_list_with_limit_zero_yields_no_checkpoint_as_langgraphs_savers_do() -> None:
+    saver = UnbrokenSaver(open_store("memory://"))
+    graph = chat_graph(saver)
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": [HumanMessage("hi")], "turns": 0}, config)
+    assert len(list(saver.list(config, limit=1))) == 1
+    assert list(saver.list(config, limit=0)) == []
+    assert list(saver.list(None, limit=0)) == []

@@ -87,16 +87,18 @@ def pay_output(items: list[Any]) -> str:
     return output
 
 
-def crash_inside_pay_then_resume(tmp_path: Path, server: ProviderServer, *, probe: bool) -> tuple[str, str]:
+def crash_inside_pay_then_resume(
+    tmp_path: Path, server: ProviderServer, *, probe: bool, streamed: bool = False
+) -> tuple[str, str]:
     """SIGKILL a child process inside ``pay``, then resume the run here (another process)."""
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     state = tmp_path / "state"
     state.mkdir()
     (state / "hang").touch()
-    args = [CHILD, url, server.url, str(state)] + (["--probe"] if probe else [])
+    args = [CHILD, url, server.url, str(state)] + (["--probe"] if probe else []) + (["--streamed"] if streamed else [])
     kill_once_effect_recorded(start(args), state)
     (state / "hang").unlink()
-    return url, asyncio.run(run(url, server.url, state, probe))
+    return url, asyncio.run(run(url, server.url, state, probe, streamed))
 
 
 def test_an_agents_sdk_agent_killed_inside_a_side_effect_resumes_with_one_effect_and_reports_it_unknown(
@@ -113,6 +115,21 @@ def test_an_agents_sdk_agent_killed_inside_a_side_effect_resumes_with_one_effect
     # The answer holding the pay call was saved before the tool ran and replayed on resume:
     # the model was asked for that turn once, so the call (and its key) never changed.
     assert model.turns_asked.count(1) == 1
+
+
+@pytest.mark.slow  # a child process importing the SDK: ~4-8 s; the in-process streamed tests run by default
+def test_a_streamed_run_killed_inside_a_side_effect_resumes_streamed_with_one_effect_and_reports_it_unknown(
+    tmp_path: Path, model_server: tuple[ProviderServer, PaymentModel]
+) -> None:
+    server, model = model_server
+    url, output = crash_inside_pay_then_resume(tmp_path, server, probe=False, streamed=True)
+
+    assert output == "Paid acme 40."
+    assert len(effects(tmp_path / "state")) == 1
+    items = session_items(url)
+    assert_valid_history(items)
+    assert pay_output(items).startswith("UNKNOWN OUTCOME")
+    assert model.turns_asked.count(1) == 1  # the streamed answer was saved before pay ran, then replayed
 
 
 def test_a_probe_turns_the_interrupted_side_effect_into_its_real_result(

@@ -217,6 +217,63 @@ def test_migrations_are_recorded_and_applied_once_even_when_many_processes_open_
     assert rows == [(m.version, m.name) for m in migrations()]
 
 
+def test_every_table_of_a_run_is_keyed_first_by_run_id() -> None:
+    """Issue 24 (sharding by run): each table holding a run's data has a primary key whose first
+    column is ``run_id`` (the distribution column); ``unbroken_migrations`` is the store's own
+    bookkeeping. Read from the catalog of a schema built by the migrations."""
+    require_server()
+    with fresh_schema() as (schema, _), connect(schema) as conn:
+        migrate(conn, schema, fresh_from_schema_file=False)
+        keys = conn.execute(
+            "SELECT c.relname, array_agg(a.attname::text ORDER BY k.ord) FROM pg_constraint p "
+            "JOIN pg_class c ON c.oid = p.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "CROSS JOIN unnest(p.conkey) WITH ORDINALITY AS k(attnum, ord) "
+            "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum "
+            "WHERE n.nspname = %s AND p.contype = 'p' GROUP BY c.relname",
+            (schema,),
+        ).fetchall()
+        tables = {row[0] for row in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+        )}  # fmt: skip
+    by_table = dict(keys)
+    assert set(by_table) == tables  # every table has a primary key
+    assert by_table.pop("unbroken_migrations") == ["version"]
+    assert by_table == {
+        "unbroken_runs": ["run_id"],
+        "unbroken_records": ["run_id", "seq"],
+        "unbroken_effects": ["run_id", "key"],
+    }
+
+
+def test_migration_6_keys_the_ledger_by_run_and_keeps_the_entries_written_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import unbroken.stores.postgres as postgres_module
+    from unbroken.codec import dumps
+    from unbroken.stores._rows import ledger_to_row
+    from unbroken.stores.backend import entry_checksum
+
+    every = migrations()
+    with fresh_schema() as (schema, url):
+        with monkeypatch.context() as patched, connect(schema) as conn:
+            patched.setattr(postgres_module, "migrations", lambda: every[:5])  # a store of the code before 0006
+            migrate(conn, schema, fresh_from_schema_file=False)
+            old = LedgerEntry("victim", "k-1", "call_0", "pay", "h", "pending", 1, None, 1000.0, 1000.0)
+            conn.execute(
+                "INSERT INTO unbroken_effects (key, run_id, call_id, tool, args_hash, status, attempts, result, "
+                "created_at, updated_at, checksum) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (*ledger_to_row(old, dumps), entry_checksum(old)),
+            )
+        with PostgresStore(url) as store:  # applies 0006
+            assert store.ledger_list("victim") == [old]
+            reused = LedgerEntry("stranger", "k-1", "call_0", "pay", "h2", "pending", 1, None, 2000.0, 2000.0)
+            assert store.ledger_claim(reused) == (reused, True)
+            assert store.ledger_get("victim", "k-1") == old
+        with connect() as conn:
+            rows = conn.execute(f'SELECT version FROM "{schema}".unbroken_migrations ORDER BY version').fetchall()
+        assert [row[0] for row in rows] == [m.version for m in every]
+
+
 def test_migration_files_are_numbered_without_gaps() -> None:
     versions = [m.version for m in migrations()]
     assert versions == list(range(1, len(versions) + 1))

@@ -109,6 +109,7 @@ def test_a_sigkilled_redis_server_loses_no_acknowledged_save_or_ledger_write(dur
     finally:
         writer.stop.set()
         thread.join(timeout=60)
+        writer.store.close()
     acked_saves, acked_entries = list(writer.acked_saves), list(writer.acked_entries)
     durable_redis.kill()  # and once more right after the last acknowledgement
     durable_redis.start()

@@ -1,8 +1,10 @@
--- unbroken's SQLite schema, version 4. Applied (in one write transaction) only when a store file is
+-- unbroken's SQLite schema, version 5. Applied (in one write transaction) only when a store file is
 -- new or older: opening an up-to-date file never takes the write lock. Every statement is
--- idempotent (IF NOT EXISTS), so upgrading a version 2 or 3 file runs this same script (version 3
--- added only the unbroken_append view and its trigger, version 4 only unbroken_segments). Statements end with ';' at the end of
--- a line; the loader cuts them with sqlite3.complete_statement (a trigger body holds ';').
+-- idempotent (IF NOT EXISTS), so upgrading a version 2, 3 or 4 file runs this same script (version 3
+-- added only the unbroken_append view and its trigger, version 4 only unbroken_segments; version 5
+-- keys the ledger by (run_id, key): sqlite_ledger_per_run.sql rebuilds an older file's table first).
+-- Statements end with ';' at the end of a line; the loader cuts them with sqlite3.complete_statement
+-- (a trigger body holds ';').
 -- One row per run: the cheap summary for listings, plus the lease (owner, fence, expiry).
 CREATE TABLE IF NOT EXISTS unbroken_runs (
     run_id        TEXT PRIMARY KEY,
@@ -44,9 +46,10 @@ CREATE TABLE IF NOT EXISTS unbroken_segments (
     PRIMARY KEY (run_id, first_seq)
 );
 
--- The effect ledger: one row per idempotency key.
+-- The effect ledger: one row per (run, idempotency key). A key is unique within its run only, so no
+-- write of one run (an imported checkpoint reusing another run's keys) can reach another's entry.
 CREATE TABLE IF NOT EXISTS unbroken_effects (
-    key        TEXT PRIMARY KEY,
+    key        TEXT NOT NULL,
     run_id     TEXT NOT NULL,
     call_id    TEXT NOT NULL,
     tool       TEXT NOT NULL,
@@ -56,7 +59,8 @@ CREATE TABLE IF NOT EXISTS unbroken_effects (
     result     TEXT,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    checksum   TEXT -- of the entry's JSON, checked on every read (NULL: written by store schema 1)
+    checksum   TEXT, -- of the entry's JSON, checked on every read (NULL: written by store schema 1)
+    PRIMARY KEY (run_id, key)
 );
 CREATE INDEX IF NOT EXISTS unbroken_effects_run ON unbroken_effects (run_id, created_at);
 
@@ -96,4 +100,4 @@ BEGIN
     VALUES (NEW.run_id, NEW.seq, NEW.label, NEW.snapshot, NEW.body, NEW.checksum);
 END;
 
-INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '4');
+INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '5');

@@ -28,7 +28,7 @@ Every test states one behaviour in its name. The suite uses only the public ``St
 the backend primitives (``read_head``, ``swap_head``, ``records_after``, ``records_between``,
 ``snapshot_seq``, ``summaries_page``, ``list_entries``), so it runs unchanged on any backend. It
 is composed of one class per topic (records, tail reads, paged reads, atomicity rules A1-A7,
-damage, leases and fences, effect ledger, submit and claim, run ids), each in its own module.
+damage, leases and fences, lost data, effect ledger, submit and claim, run ids), each in its own module.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from __future__ import annotations
 from ._atomicity import AtomicityContract
 from ._claims import ClaimContract
 from ._corruption import CorruptionContract
+from ._data_lost import DataLostContract
 from ._leases import LeasesContract
 from ._ledger import LedgerContract
 from ._paging import PagingContract
@@ -52,6 +53,7 @@ class StoreContract(
     AtomicityContract,
     CorruptionContract,
     LeasesContract,
+    DataLostContract,
     LedgerContract,
     ClaimContract,
     RunIdContract,

@@ -107,3 +107,27 @@ class LedgerContract(ContractBase):
         assert removed == 1
         assert store.ledger_list("run-finished") == [new_finished]
         assert store.ledger_list("run-live") == [old_live]
+
+    def test_one_key_in_two_runs_is_two_entries_and_neither_run_touches_the_other(self, store: Store) -> None:
+        """Ledger keys are unique per run, never across the store: a run whose calls reuse another
+        run's idempotency keys (an imported checkpoint, a provider reusing ``call_0``) claims,
+        replaces, lists and deletes its own entries only."""
+        shared = "shared-key"
+        victim = ledger_entry("run-victim", key=shared, status="succeeded", result=ToolResult("call_1", "charged"))
+        RunWriter(store, "run-victim").save(ledger=[victim])
+
+        stranger = ledger_entry("run-stranger", key=shared, tool="other", created_at=2000.0, updated_at=2000.0)
+        assert store.ledger_claim(stranger) == (stranger, True)  # its own key, not the victim's entry
+        replaced = ledger_entry(
+            "run-stranger", key=shared, status="failed", result=ToolResult("call_1", "no", True), updated_at=3000.0
+        )
+        store.ledger_put(replaced)
+        RunWriter(store, "run-saver").save(ledger=[ledger_entry("run-saver", key=shared, tool="third")])
+
+        assert store.ledger_get("run-victim", shared) == victim  # unchanged, and its checksum holds
+        assert store.ledger_list("run-victim") == [victim]
+        assert store.ledger_list("run-stranger") == [replaced]
+        assert [e.tool for e in store.ledger_list("run-saver")] == ["third"]
+        store.delete_run("run-stranger")
+        assert store.ledger_get("run-victim", shared) == victim
+        assert store.ledger_claim(ledger_entry("run-victim", key=shared, tool="again")) == (victim, False)

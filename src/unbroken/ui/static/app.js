@@ -191,7 +191,7 @@ function facts(run) {
     fact("turns", fmtNum(run.turns), "turns"),
     fact("tokens", fmtNum(run.tokens_used), "tokens"),
     fact("save points", fmtNum(run.timeline_count)),
-    fact(run.timeline_count > run.timeline.length ? `crashes resumed (last ${fmtNum(run.timeline.length)} save points)` : "crashes resumed", fmtNum(run.crashes), "crashes"),
+    fact("resumes (a crash or a stop each)", fmtNum(run.crashes), "crashes"),
     fact("provider", run.provider),
     fact("usage (whole run)", el("span", { class: "mono", id: "usage" },
       Object.entries(run.usage || {}).map(([name, n]) => `${name.replace(/_tokens$/, "")} ${fmtNum(n)}`).join(" · ") || "none")),

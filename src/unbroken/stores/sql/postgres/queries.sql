@@ -25,7 +25,7 @@ WITH advanced AS (
            key text, run_id text, call_id text, tool text, args_hash text, status text,
            attempts integer, result text, created_at double precision, updated_at double precision,
            checksum text)
-    ON CONFLICT (key) DO UPDATE
+    ON CONFLICT (run_id, key) DO UPDATE
        SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, result = EXCLUDED.result,
            updated_at = EXCLUDED.updated_at, args_hash = EXCLUDED.args_hash, call_id = EXCLUDED.call_id,
            tool = EXCLUDED.tool, created_at = EXCLUDED.created_at, checksum = EXCLUDED.checksum
@@ -82,7 +82,7 @@ SELECT %(key)s, %(run_id)s, %(call_id)s, %(tool)s, %(args_hash)s, %(status)s, %(
        %(created_at)s, %(updated_at)s, %(checksum)s
  WHERE %(fence)s::bigint IS NULL
     OR EXISTS (SELECT 1 FROM unbroken_runs WHERE run_id = %(run_id)s AND fence = %(fence)s::bigint)
-ON CONFLICT (key) DO UPDATE
+ON CONFLICT (run_id, key) DO UPDATE
    SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, result = EXCLUDED.result,
        updated_at = EXCLUDED.updated_at, args_hash = EXCLUDED.args_hash, call_id = EXCLUDED.call_id,
        tool = EXCLUDED.tool, created_at = EXCLUDED.created_at, checksum = EXCLUDED.checksum
@@ -96,16 +96,12 @@ SELECT %(key)s, %(run_id)s, %(call_id)s, %(tool)s, %(args_hash)s, %(status)s, %(
        %(created_at)s, %(updated_at)s, %(checksum)s
  WHERE %(fence)s::bigint IS NULL
     OR EXISTS (SELECT 1 FROM unbroken_runs WHERE run_id = %(run_id)s AND fence = %(fence)s::bigint)
-ON CONFLICT (key) DO NOTHING
+ON CONFLICT (run_id, key) DO NOTHING
 RETURNING key
 
 -- name: ledger_get
 SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum
-  FROM unbroken_effects WHERE key = %(key)s AND run_id = %(run_id)s
-
--- name: ledger_get_any
-SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum
-  FROM unbroken_effects WHERE key = %(key)s
+  FROM unbroken_effects WHERE run_id = %(run_id)s AND key = %(key)s
 
 -- name: ledger_list
 SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum
@@ -207,3 +203,7 @@ UPDATE unbroken_runs AS r
   FROM picked
  WHERE r.run_id = picked.run_id
 RETURNING r.run_id, r.task, r.agent, r.fence, extract(epoch FROM r.lease_expires)::double precision
+
+-- name: server_durability
+-- What an acknowledged save depends on (checked at open and at every lease acquisition).
+SELECT current_setting('fsync'), current_setting('synchronous_commit');

@@ -32,9 +32,9 @@ CREATE TABLE unbroken_records (
 );
 CREATE INDEX unbroken_records_snapshots ON unbroken_records (run_id, seq) WHERE snapshot;
 
--- The effect ledger: one row per idempotency key.
+-- The effect ledger: one row per (run, idempotency key); a key is unique within its run only.
 CREATE TABLE unbroken_effects (
-    key        text PRIMARY KEY,
+    key        text NOT NULL,
     run_id     text NOT NULL,
     call_id    text NOT NULL,
     tool       text NOT NULL,
@@ -44,6 +44,7 @@ CREATE TABLE unbroken_effects (
     result     text,
     created_at double precision NOT NULL,
     updated_at double precision NOT NULL,
-    checksum   text
+    checksum   text,
+    PRIMARY KEY (run_id, key)
 );
 CREATE INDEX unbroken_effects_run ON unbroken_effects (run_id, created_at);

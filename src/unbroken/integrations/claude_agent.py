@@ -1,0 +1,197 @@
+"""The Claude Agent SDK: its session transcripts kept in an unbroken store.
+
+``UnbrokenSessionStore(store)`` is the SDK's ``SessionStore`` (``ClaudeAgentOptions(session_store=...)``)
+on any unbroken store: memory, SQLite, the file store, PostgreSQL, Redis, S3. Each transcript
+(a session's main one, and each subagent's under its ``subpath``) is one append-only log
+(``_runlog.RunLog``, an unbroken run): an ``append`` is one atomic save, durable when it
+returns; an entry whose ``uuid`` the transcript already holds is not added again (the SDK
+retries a batch whose reply was lost); ``load`` sees what other processes appended.
+
+The SDK's own ``claude_agent_sdk.testing.run_session_store_conformance`` passes on every store
+(tests/integration/frameworks/test_claude_agent_store.py). ``list_session_summaries`` is not
+implemented: the SDK then builds listings from ``list_sessions`` and ``load``.
+
+Run ids: ``claude.<project hash>.<session id>[.<subpath>]``, each part escaped reversibly
+into run-id characters (``_xx`` per other byte), so listings need no extra reads; a part too
+long for a run id is replaced by its hash and the log remembers the original in its head.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from ..state import MAX_RUN_ID_LENGTH, JSONValue, RunState
+from ..stores.base import Store
+from ._runlog import RunLog, list_logs
+
+if TYPE_CHECKING:  # the SDK's types only: nothing of the SDK is imported at run time
+    from claude_agent_sdk.types import SessionKey, SessionListSubkeysKey, SessionStoreEntry, SessionStoreListEntry
+
+PREFIX = "claude."
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
+_PART_LIMIT = 80
+
+
+def _escape(text: str) -> str:
+    """``text`` in run-id characters, reversibly: letters, digits and ``-`` as they are,
+    every other UTF-8 byte as ``_xx``."""
+    out: list[str] = []
+    for ch in text:
+        if ch in _PLAIN:
+            out.append(ch)
+        else:
+            out.extend(f"_{byte:02x}" for byte in ch.encode("utf-8"))
+    return "".join(out)
+
+
+def _unescape(part: str) -> str | None:
+    """The text ``_escape`` made ``part`` from; None for a hashed part (``_h...``)."""
+    if part.startswith("_h"):
+        return None
+    raw = bytearray()
+    index = 0
+    while index < len(part):
+        if part[index] == "_":
+            raw.append(int(part[index + 1 : index + 3], 16))
+            index += 3
+        else:
+            raw.extend(part[index].encode())
+            index += 1
+    return raw.decode("utf-8")
+
+
+def _part(text: str) -> str:
+    escaped = _escape(text)
+    if escaped and len(escaped) <= _PART_LIMIT:
+        return escaped
+    return "_h" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]  # "_h" is never an escape
+
+
+def _project(project_key: str) -> str:
+    return hashlib.sha256(project_key.encode("utf-8")).hexdigest()[:16]
+
+
+def _session_prefix(project_key: str, session_id: str) -> str:
+    return f"{PREFIX}{_project(project_key)}.{_part(session_id)}"
+
+
+def transcript_run_id(key: Mapping[str, Any]) -> str:
+    """The run id of the transcript named by a ``SessionKey``."""
+    run_id = _session_prefix(str(key["project_key"]), str(key["session_id"]))
+    subpath = key.get("subpath")
+    if subpath is not None:
+        if not isinstance(subpath, str) or not subpath:
+            raise ValueError("SessionKey subpath must be a non-empty string (omit it for the main transcript)")
+        run_id += f".{_part(subpath)}"
+    assert len(run_id) <= MAX_RUN_ID_LENGTH
+    return run_id
+
+
+class UnbrokenSessionStore:
+    """The Claude Agent SDK's ``SessionStore`` on an unbroken ``Store`` (see the module docstring).
+
+    Safe to share between the tasks and threads of one process; the store's calls run in a
+    worker thread, so the event loop never waits on a disk or a network."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._logs: dict[str, RunLog] = {}
+        self._lock = threading.Lock()
+
+    def _log(self, run_id: str) -> RunLog:
+        with self._lock:
+            log = self._logs.get(run_id)
+            if log is None:
+                log = self._logs[run_id] = RunLog(self.store, run_id, kind="claude-agent-transcript")
+            return log
+
+    # ------------------------------------------------------------------ required
+
+    async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
+        """Add ``entries`` to the transcript in one atomic, durable save; entries whose ``uuid``
+        the transcript already holds are skipped."""
+        if entries:
+            plain = [cast("JSONValue", copy.deepcopy(dict(entry))) for entry in entries]
+            await asyncio.to_thread(self._append, dict(key), plain)
+
+    def _append(self, key: dict[str, Any], entries: list[JSONValue]) -> None:
+        log = self._log(transcript_run_id(key))
+        log.refresh_if_changed()
+
+        def change(state: RunState) -> tuple[list[JSONValue], dict[str, JSONValue] | None]:
+            seen = {item.get("uuid") for item in state.messages if isinstance(item, dict)}
+            seen.discard(None)
+            fresh: list[JSONValue] = []
+            for entry in entries:
+                uuid = entry.get("uuid") if isinstance(entry, dict) else None
+                if uuid is not None:
+                    if uuid in seen:
+                        continue
+                    seen.add(uuid)
+                fresh.append(entry)
+            head = None if state.save_seq else {name: value for name, value in key.items() if value is not None}
+            return fresh, head
+
+        log.update(change)
+
+    async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
+        """Every entry of the transcript in append order, or None if it was never written."""
+        return await asyncio.to_thread(self._load, dict(key))
+
+    def _load(self, key: dict[str, Any]) -> list[SessionStoreEntry] | None:
+        log = self._log(transcript_run_id(key))
+        log.refresh()
+        if not log.exists():
+            return None
+        return cast("list[SessionStoreEntry]", copy.deepcopy(log.items()))
+
+    # ------------------------------------------------------------------ optional
+
+    async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
+        """The sessions of ``project_key`` (main transcripts only) with their last-modified time
+        in epoch milliseconds."""
+        return await asyncio.to_thread(self._list_sessions, project_key)
+
+    def _list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
+        prefix = f"{PREFIX}{_project(project_key)}."
+        found: list[SessionStoreListEntry] = []
+        for summary in self.store.list_runs():
+            rest = summary.run_id[len(prefix) :] if summary.run_id.startswith(prefix) else None
+            if rest is None or "." in rest or summary.save_seq == 0:
+                continue
+            session_id = _unescape(rest)
+            if session_id is None:
+                session_id = str(self._log(summary.run_id).head().get("session_id"))
+            found.append({"session_id": session_id, "mtime": int(summary.updated_at * 1000)})
+        return found
+
+    async def delete(self, key: SessionKey) -> None:
+        """Remove a transcript; a main transcript takes its subagents' with it. Safe to call twice."""
+        await asyncio.to_thread(self._delete, dict(key))
+
+    def _delete(self, key: dict[str, Any]) -> None:
+        run_id = transcript_run_id(key)
+        doomed = [run_id]
+        if key.get("subpath") is None:
+            doomed += list_logs(self.store, run_id + ".")
+        for each in doomed:
+            self._log(each).delete()
+
+    async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
+        """The subpaths of the session's subagent transcripts."""
+        return await asyncio.to_thread(self._list_subkeys, dict(key))
+
+    def _list_subkeys(self, key: dict[str, Any]) -> list[str]:
+        prefix = _session_prefix(str(key["project_key"]), str(key["session_id"])) + "."
+        subkeys: list[str] = []
+        for run_id in list_logs(self.store, prefix):
+            subpath = _unescape(run_id[len(prefix) :])
+            if subpath is None:
+                subpath = str(self._log(run_id).head().get("subpath"))
+            subkeys.append(subpath)
+        return subkeys

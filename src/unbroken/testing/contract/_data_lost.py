@@ -1,0 +1,144 @@
+"""The contract on lost data: a run whose head vanished under its live holder is ``StoreDataLost``.
+
+A server restarted without its data, keys evicted under memory pressure, a run deleted under
+its holder: every later write or renewal of the holder is refused, and the refusal says the
+data was lost (side effects may repeat), never "another worker took the run" (``LeaseLost``).
+The suite loses the data with ``delete_run`` (the head, the records and the ledger at once, as
+an emptied server would) and, to make fences restart, takes the run again from nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from ...errors import LeaseLost, StoreDataLost
+from ...providers.scripted import ScriptedModel
+from ...runner import Agent
+from ...state import Lease, idempotency_key
+from ...stores.backend import RunHead
+from ...stores.base import Store
+from ...tools import tool
+from ._base import ContractBase
+from ._support import LONG_TTL, RunWriter, ledger_entry
+
+
+def _charge_turn(call_id: str) -> dict[str, Any]:
+    call = {"type": "tool_use", "id": call_id, "name": "charge", "input": {"cents": 500}}
+    return {"content": [call], "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 1}}
+
+
+class DataLostContract(ContractBase):
+    """A holder's refused write or renewal tells lost data (``StoreDataLost``) from a takeover."""
+
+    def _held_run(self, store: Store, run_id: str, turns: int = 2) -> tuple[RunWriter, Lease]:
+        lease = store.acquire_lease(run_id, "worker-a", LONG_TTL)
+        run = RunWriter(store, run_id)
+        for step in range(1, turns + 1):
+            run.turn(step, fence=lease.fence)
+        return run, lease
+
+    def test_append_after_the_run_vanished_under_its_holder_raises_store_data_lost(self, store: Store) -> None:
+        run, lease = self._held_run(store, "run-lost-append")
+        store.delete_run("run-lost-append")  # the server came back empty
+
+        with pytest.raises(StoreDataLost) as lost:
+            run.turn(3, fence=lease.fence)
+
+        assert "run-lost-append" in str(lost.value) and "head is gone" in str(lost.value)
+        assert (store.read_head("run-lost-append") or RunHead()) == RunHead()  # no head written
+        assert store.records_after("run-lost-append", 0) == []
+
+    def test_renewal_after_the_run_vanished_raises_store_data_lost(self, store: Store) -> None:
+        _, lease = self._held_run(store, "run-lost-renew")
+        store.delete_run("run-lost-renew")
+
+        with pytest.raises(StoreDataLost):
+            store.renew_lease(lease, LONG_TTL)
+
+        assert (store.read_head("run-lost-renew") or RunHead()) == RunHead()
+
+    def test_fenced_ledger_writes_after_the_run_vanished_raise_store_data_lost(self, store: Store) -> None:
+        _, lease = self._held_run(store, "run-lost-ledger")
+        store.delete_run("run-lost-ledger")
+        entry = ledger_entry("run-lost-ledger")
+
+        with pytest.raises(StoreDataLost):
+            store.ledger_claim(entry, fence=lease.fence)
+        with pytest.raises(StoreDataLost):
+            store.ledger_put(entry, fence=lease.fence)
+
+        assert store.ledger_get("run-lost-ledger", entry.key) is None
+
+    def test_a_fence_that_went_backwards_is_store_data_lost_and_the_new_run_is_untouched(self, store: Store) -> None:
+        for _ in range(2):  # the holder's fence is 3
+            store.acquire_lease("run-lost-fence", "worker-a", LONG_TTL)
+        run, lease = self._held_run(store, "run-lost-fence")
+        store.delete_run("run-lost-fence")
+        fresh = store.acquire_lease("run-lost-fence", "worker-b", LONG_TTL)  # fences restart from nothing
+        RunWriter(store, "run-lost-fence", task="started again").turn(1, fence=fresh.fence)
+        before = store.read_records("run-lost-fence")
+
+        with pytest.raises(StoreDataLost) as lost:
+            run.turn(3, fence=lease.fence)
+        with pytest.raises(StoreDataLost):
+            store.renew_lease(lease, LONG_TTL)
+
+        assert fresh.fence < lease.fence
+        assert "went back" in str(lost.value)
+        assert store.read_records("run-lost-fence") == before
+
+    def test_the_same_fence_under_another_holder_after_a_loss_is_store_data_lost(self, store: Store) -> None:
+        run, lease = self._held_run(store, "run-lost-same", turns=3)
+        store.delete_run("run-lost-same")
+        fresh = store.acquire_lease("run-lost-same", "worker-b", LONG_TTL)
+        RunWriter(store, "run-lost-same", task="started again").turn(1, fence=fresh.fence)
+
+        assert fresh.fence == lease.fence  # a fence number alone cannot tell the two holders apart
+        with pytest.raises(StoreDataLost):
+            run.turn(4, fence=lease.fence)
+        with pytest.raises(StoreDataLost):
+            store.renew_lease(lease, LONG_TTL)
+
+    def test_a_takeover_is_still_lease_lost_not_store_data_lost(self, store: Store) -> None:
+        run, lease = self._held_run(store, "run-lost-takeover")
+        store.acquire_lease("run-lost-takeover", "worker-b", LONG_TTL, takeover_from="worker-a")
+
+        with pytest.raises(LeaseLost):
+            run.turn(3, fence=lease.fence)
+        with pytest.raises(LeaseLost):
+            store.renew_lease(lease, LONG_TTL)
+
+    # ------------------------------------------------------------------ through the agent
+
+    def _agent_losing_its_run(self, store: Store, run_id: str) -> tuple[Agent, list[int]]:
+        """An agent whose ``charge`` tool runs once, after which the store loses the run."""
+        charged: list[int] = []
+
+        @tool(effect="idempotent")
+        def charge(cents: int) -> str:
+            charged.append(cents)
+            store.delete_run(run_id)  # the store loses everything while the run holds its lease
+            return f"charged {cents}"
+
+        script = [_charge_turn("toolu_1"), _charge_turn("toolu_2")]
+        return Agent(ScriptedModel(script), [charge], store, lease_ttl=LONG_TTL), charged
+
+    def test_run_raises_store_data_lost_when_the_store_loses_the_run(self, store: Store) -> None:
+        agent, charged = self._agent_losing_its_run(store, "run-lost-agent")
+
+        with pytest.raises(StoreDataLost):
+            agent.run("charge twice", run_id="run-lost-agent")
+
+        assert charged == [500]  # stopped at the loss: the second charge never ran
+        assert store.ledger_get("run-lost-agent", idempotency_key("run-lost-agent", "toolu_1")) is None
+
+    def test_arun_raises_store_data_lost_when_the_store_loses_the_run(self, store: Store) -> None:
+        agent, charged = self._agent_losing_its_run(store, "run-lost-agent-async")
+
+        with pytest.raises(StoreDataLost):
+            asyncio.run(agent.arun("charge twice", run_id="run-lost-agent-async"))
+
+        assert charged == [500]
