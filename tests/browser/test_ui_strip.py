@@ -34,7 +34,7 @@ def test_the_strip_draws_turns_crashes_and_settlements_of_a_crashed_run(browser:
     assert crashes == [seq for seq, kind, _ in rows if kind == "reconcile"] and crashes
     settled = [(how, text) for mark, _, how, text in marks if mark == "settled"]
     assert ("probed", next(text for how, text in settled if how == "probed")) in settled
-    assert any("call toolu_inv (send_invoice): settled by its probe" in text for _, text in settled)
+    assert any(text.startswith("save 4: call toolu_inv (send_invoice):") for how, text in settled if how == "probed")
     heights = browser.execute(
         "return [...document.querySelectorAll('#strip [data-mark=turn]')].map(b => Number(b.getAttribute('height')))"
     )

@@ -7,15 +7,16 @@
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
-// How a call was settled, from the words of its note (watching.py's lines), and its colour.
+// How a call was settled, from the last clause of its note (watching.describe's words), and its
+// colour; the first pattern that matches wins.
 const SETTLED = [
-  [/UNKNOWN/, "unknown", "#b42318"],
-  [/by its probe/, "probed", "#2b59c3"],
-  [/from the effect ledger/, "reused", "#1e7b34"],
-  [/by hand/, "resolved", "#7a3fb0"],
-  [/denied/, "denied", "#6b6b66"],
+  [/outcome UNKNOWN/, "unknown", "#b42318"],
+  [/the probe's result is its result/, "probed", "#2b59c3"],
+  [/its recorded result was used/, "reused", "#1e7b34"],
+  [/settled by hand/, "resolved", "#7a3fb0"],
   [/run again|run now/, "run again", "#a15c00"],
-  [/not run again|refused/, "not run", "#6b6b66"],
+  [/not run/, "not run", "#6b6b66"],
+  [/\brun \(attempt/, "ran", "#a15c00"],
 ];
 
 function settlementsOf(save) {
