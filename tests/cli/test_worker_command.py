@@ -31,18 +31,7 @@ def submit(place: Place, run_id: str) -> None:
         store.submit("Tell Ann her order shipped", run_id, agent=AGENT)
 
 
-def test_the_worker_logs_its_own_lines_and_the_sdks_only_with_v(place: Place) -> None:
-    submit(place, "quiet")
-    quiet = worker(place)
-    assert quiet.returncode == 0, quiet.stderr
-    assert worker_agents.OWN_LINE in quiet.stderr and worker_agents.SDK_LINE not in quiet.stderr
-    submit(place, "loud")
-    loud = worker(place, "-v")
-    assert loud.returncode == 0, loud.stderr
-    assert worker_agents.SDK_LINE in loud.stderr
-
-
-def test_the_summary_counts_a_takeover_its_settlement_and_the_paused_run(place: Place) -> None:
+def test_a_worker_taking_over_a_killed_workers_run_logs_its_own_lines_and_counts_what_it_did(place: Place) -> None:
     submit(place, "taken")
     killed = worker(place, crash_at="tool.after_execute:1")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
@@ -53,3 +42,12 @@ def test_the_summary_counts_a_takeover_its_settlement_and_the_paused_run(place: 
     assert "(1 taken over from an earlier process)" in summary
     assert "calls settled on resume: 1 " in summary
     assert "1 paused on an unknown outcome" in summary and "0 awaiting approval" in summary
+    assert worker_agents.SDK_LINE not in killed.stderr + second.stderr  # the SDK's INFO lines: only with -v
+    assert worker_agents.OWN_LINE in killed.stderr
+
+
+def test_with_v_the_worker_logs_the_sdks_info_lines_too(place: Place) -> None:
+    submit(place, "loud")
+    loud = worker(place, "-v")
+    assert loud.returncode == 0, loud.stderr
+    assert worker_agents.SDK_LINE in loud.stderr and worker_agents.OWN_LINE in loud.stderr
