@@ -5,23 +5,26 @@ Commands (and the demo) decide nothing here; they hand over what an operation re
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import click
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.json import JSON
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.segment import Segment
 from rich.table import Table
 
 from .. import LedgerEntry, RunResult, RunState, RunSummary
 from ..message_parts import render_message
 from ..ops import MigrationPlan, QueuedRun, RunView
+from ._safe import UNSAFE, clean
 
 PHASE_STYLES = {
     "completed": "green",
@@ -33,6 +36,21 @@ PHASE_STYLES = {
     "running_tools": "cyan",
     "queued": "blue",
 }
+
+
+class SafeConsole(Console):
+    """A console that passes every piece of text it renders through :func:`clean`.
+
+    The one place the CLI's output is made safe: tables, grids, JSON, Live panels and titles
+    are all rendered through ``render``, so a command cannot forget. Segments rich marks as
+    control (its own cursor moves) are its own, not stored text, and pass unchanged."""
+
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            if segment.control is None and UNSAFE.search(segment.text):
+                yield Segment(clean(segment.text), segment.style)
+            else:
+                yield segment
 
 
 AGENT_PLACEHOLDER = "module:attr"
@@ -60,11 +78,25 @@ def print_hint(console: Console, text: str) -> None:
 
 
 def make_console(*, stderr: bool = False) -> Console:
-    """A rich console; when the output is not a terminal, wide enough that ids are never cut."""
-    probe = Console(stderr=stderr)
+    """A rich console that shows stored text safely (:class:`SafeConsole`); when the output
+    is not a terminal, wide enough that ids are never cut."""
+    probe = SafeConsole(stderr=stderr)
     if probe.is_terminal or os.environ.get("COLUMNS"):
         return probe
-    return Console(stderr=stderr, width=200)
+    return SafeConsole(stderr=stderr, width=200)
+
+
+class CleanLogFormatter(logging.Formatter):
+    """Log lines through :func:`clean`: a tool's exception message is stored text too."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return clean(super().format(record))
+
+
+def echo(text: str, *, err: bool = False) -> None:
+    """One plain line (no rich styling) through :func:`clean`: for output that is parsed by
+    scripts, such as a run id or an error message that quotes stored text."""
+    click.echo(clean(text), err=err)
 
 
 @contextmanager
@@ -98,8 +130,10 @@ def phase_text(phase: str | None) -> str:
 
 
 def brief(value: Any, limit: int = 80) -> str:
+    """One line of at most ``limit`` characters, cleaned before it is measured (so a table
+    lays out what is shown, not the control characters it replaced)."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = " ".join(text.split())
+    text = clean(" ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -11,6 +11,7 @@ from .. import RunResult
 from ..agent_ref import load_agent, parse_agent_ref
 from ..worker import Worker, WorkerStats
 from ._app import AGENT_HELP, friendly_errors, main, open_cli_store, store_option
+from ._render import CleanLogFormatter, echo
 
 
 def _redacted(url: str) -> str:
@@ -33,7 +34,7 @@ def submit_command(agent_spec: str, task: str, run_id: str | None, store_url: st
     `runs` and `show` until one starts it. Safe to repeat with the same --run-id and task."""
     parse_agent_ref(agent_spec)
     with open_cli_store(store_url) as store:
-        click.echo(store.submit(task, run_id, agent=agent_spec))
+        echo(store.submit(task, run_id, agent=agent_spec))
 
 
 @main.command("worker")
@@ -62,7 +63,7 @@ def worker_command(
     configure_logging(verbose)
 
     def report(result: RunResult) -> None:
-        click.echo(f"{result.run_id}\t{result.status}\t{result.turns} turns\t{result.tokens_used} tokens")
+        echo(f"{result.run_id}\t{result.status}\t{result.turns} turns\t{result.tokens_used} tokens")
 
     with open_cli_store(store_url) as store:
         where = _redacted(store.url)
@@ -73,12 +74,12 @@ def worker_command(
             agent_name=agent_spec,
             poll_interval=poll_interval,
             on_finish=report,
-            on_ready=lambda: click.echo(
+            on_ready=lambda: echo(
                 f"worker: {concurrency} slot(s) on {where} for {agent_spec}; SIGTERM to stop", err=True
             ),
         )
         stats = worker.run(until_idle=until_idle, max_runs=max_runs)
-    click.echo(f"worker: {summary(stats)}", err=True)
+    echo(f"worker: {summary(stats)}", err=True)
 
 
 LIBRARY_LOGGERS = ("httpx", "httpx2", "httpcore", "openai", "anthropic", "urllib3", "botocore", "mcp")
@@ -89,7 +90,9 @@ def configure_logging(verbose: int) -> None:
     """The worker's own lines (``unbroken.*``) at INFO, every other library at WARNING; ``-v``
     lets the libraries' INFO through, ``-vv`` is DEBUG for all."""
     level = logging.DEBUG if verbose >= 2 else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(CleanLogFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))  # stored text made safe
+    logging.basicConfig(level=level, handlers=[handler])
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(level if verbose else logging.WARNING)
 
