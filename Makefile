@@ -78,8 +78,12 @@ package: $(STAMP)  ## build wheel + sdist, twine check, install the wheel in a f
 	rm -rf dist $(PKG_VENV)
 	$(PY) -m build --outdir dist .
 	$(VENV)/bin/twine check --strict dist/*
-	$(PYTHON) -m venv --without-pip $(PKG_VENV)
-	$(PYTHON) -m pip --python $(PKG_VENV)/bin/python install --quiet --disable-pip-version-check dist/*.whl
+	if $(PYTHON) -m pip --version >/dev/null 2>&1; then \
+		$(PYTHON) -m venv --without-pip $(PKG_VENV) && \
+		$(PYTHON) -m pip --python $(PKG_VENV)/bin/python install --quiet --disable-pip-version-check dist/*.whl; \
+	else \
+		$(PYTHON) -m venv $(PKG_VENV) && $(PKG_VENV)/bin/pip install --quiet --disable-pip-version-check dist/*.whl; \
+	fi
 	cd $$(mktemp -d) && $(CURDIR)/$(PKG_VENV)/bin/python -c "import unbroken, sys; \
 		assert 'site-packages' in unbroken.__file__, unbroken.__file__; print('installed', unbroken.__version__)" \
 		&& $(CURDIR)/$(PKG_VENV)/bin/unbroken demo
