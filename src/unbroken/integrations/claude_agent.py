@@ -21,16 +21,32 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import json
 import threading
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from ..state import MAX_RUN_ID_LENGTH, JSONValue, RunState
+from ..codec import canonical_hash
+from ..errors import ConfigError
+from ..ledger import EffectLedger
+from ..state import EFFECTS, MAX_RUN_ID_LENGTH, Effect, JSONValue, RunState, ToolCall, occurrence_key
 from ..stores.base import Store
+from ..tools import Probe
+from . import _effects
+from ._effects import CURRENT_CALL, current_call
 from ._runlog import RunLog, list_logs
 
-if TYPE_CHECKING:  # the SDK's types only: nothing of the SDK is imported at run time
-    from claude_agent_sdk.types import SessionKey, SessionListSubkeysKey, SessionStoreEntry, SessionStoreListEntry
+if TYPE_CHECKING:  # the SDK's types only: the SDK is imported when durable tools are built
+    from claude_agent_sdk import HookMatcher, SdkMcpTool
+    from claude_agent_sdk.types import (
+        HookEvent,
+        McpServerConfig,
+        SessionKey,
+        SessionListSubkeysKey,
+        SessionStoreEntry,
+        SessionStoreListEntry,
+    )
 
 PREFIX = "claude."
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
@@ -195,3 +211,144 @@ class UnbrokenSessionStore:
                 subpath = str(self._log(run_id).head().get("subpath"))
             subkeys.append(subpath)
         return subkeys
+
+
+# ---------------------------------------------------------------------- tools through the ledger
+
+TOOLS_PREFIX = "claude-tools."
+_UNHOOKED = (
+    "durable tool {name} was called without its PreToolUse hook, so its call is unknown and it was not run; "
+    "pass hooks=durable.hooks (or merge them into your own) in ClaudeAgentOptions"
+)
+
+
+def tools_run_id(session_id: str) -> str:
+    """The run that holds the effect ledger of a session's in-process tools."""
+    return TOOLS_PREFIX + _part(session_id)
+
+
+def call_key(session_id: str, tool_use_id: str, tool: str, arguments: Mapping[str, Any]) -> str:
+    """The idempotency key of one call: the session, the ``tool_use`` id and what the call does
+    (tool and canonical arguments). Never the id alone: a local model reuses ``toolu_01`` for
+    every call. A call made again with the same id and the same arguments (a model told that
+    the earlier one was interrupted, retrying it) is the same call, so it is answered from the
+    ledger (or its probe), never run a second time on a guess."""
+    what = canonical_hash({"tool": tool, "input": cast("JSONValue", dict(arguments))})
+    return occurrence_key(tools_run_id(session_id), 0, 0, f"{tool_use_id}\x00{what}")
+
+
+class DurableTools:
+    """In-process SDK tools (``@tool``) that run through unbroken's effect ledger; build it with
+    ``durable_tools``. Pass ``mcp_servers=durable.mcp_servers`` and ``hooks=durable.hooks`` to
+    ``ClaudeAgentOptions``: the ``PreToolUse`` hook tells the tools which call they are running
+    (the handler receives only the arguments)."""
+
+    def __init__(
+        self,
+        tools: Sequence[SdkMcpTool[Any]],
+        store: Store,
+        *,
+        server: str,
+        effects: Mapping[str, Effect],
+        probes: Mapping[str, Probe],
+    ) -> None:
+        from claude_agent_sdk import HookMatcher, SdkMcpTool, create_sdk_mcp_server
+
+        for tool_name, effect in effects.items():
+            if effect not in EFFECTS:
+                raise ConfigError(f"effect of tool {tool_name!r} must be one of {', '.join(EFFECTS)}, not {effect!r}")
+        self.store = store
+        self.server = server
+        self.effects = dict(effects)
+        self.probes = dict(probes)
+        # Calls announced by the hook and not yet taken by a handler, per (tool, canonical
+        # arguments), first in first out: parallel calls of one tool are told apart by arguments.
+        self._announced: dict[tuple[str, str], deque[tuple[str, str]]] = {}
+        wrapped = [
+            SdkMcpTool(each.name, each.description, each.input_schema, self._wrap(each), each.annotations)
+            for each in tools
+        ]
+        self.mcp_servers: dict[str, McpServerConfig] = {server: create_sdk_mcp_server(server, tools=wrapped)}
+        self.hooks: dict[HookEvent, list[HookMatcher]] = {
+            "PreToolUse": [HookMatcher(matcher=None, hooks=[cast("Any", self._announce)])]
+        }
+
+    def _slot(self, tool: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
+        return tool, canonical_hash(cast("JSONValue", dict(arguments)))
+
+    async def _announce(self, hook_input: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        prefix = f"mcp__{self.server}__"
+        name = str(hook_input.get("tool_name", ""))
+        if name.startswith(prefix):
+            arguments = hook_input.get("tool_input") or {}
+            slot = self._slot(name[len(prefix) :], arguments)
+            use_id = str(hook_input.get("tool_use_id") or tool_use_id or "")
+            self._announced.setdefault(slot, deque()).append((str(hook_input.get("session_id", "")), use_id))
+        return {}
+
+    def _wrap(self, tool: SdkMcpTool[Any]) -> Callable[[Any], Awaitable[dict[str, Any]]]:
+        async def handler(arguments: Any) -> dict[str, Any]:
+            return await self.run_call(tool, dict(arguments))
+
+        return handler
+
+    async def run_call(self, tool: SdkMcpTool[Any], arguments: dict[str, Any]) -> dict[str, Any]:
+        """One call through the ledger (the one place the tools reconcile; switched off, a call
+        made again after a crash runs again): a settled call is answered with its recorded
+        result, an in-doubt side effect by its probe or UNKNOWN OUTCOME; otherwise the tool runs
+        and its result is recorded (durable) before the CLI sees it."""
+        waiting = self._announced.get(self._slot(tool.name, arguments))
+        if not waiting:
+            return _answer(_UNHOOKED.format(name=tool.name), is_error=True)
+        session_id, use_id = waiting.popleft()
+        arguments_json = cast("dict[str, JSONValue]", json.loads(json.dumps(arguments)))
+        call = ToolCall(use_id, tool.name, arguments_json, call_key(session_id, use_id, tool.name, arguments))
+        ledger = EffectLedger(self.store, tools_run_id(session_id))
+        effect = self.effects.get(tool.name, "side_effect")
+        step = await asyncio.to_thread(_effects.before, ledger, call, effect, self.probes.get(tool.name))
+        if isinstance(step, _effects.Answered):
+            return _recorded(step.content, step.is_error)
+        token = CURRENT_CALL.set(call)
+        try:
+            result = await tool.handler(arguments)
+        except Exception:
+            await asyncio.to_thread(_effects.interrupted, ledger, step)
+            raise
+        finally:
+            CURRENT_CALL.reset(token)
+        is_error = bool(result.get("is_error") or result.get("isError"))
+        await asyncio.to_thread(_effects.after, ledger, step, call, json.dumps(result, default=str), is_error)
+        return result
+
+
+def durable_tools(
+    tools: Sequence[SdkMcpTool[Any]],
+    store: Store,
+    *,
+    server: str = "tools",
+    effects: Mapping[str, Effect] | None = None,
+    probes: Mapping[str, Probe] | None = None,
+) -> DurableTools:
+    """Run in-process SDK tools (``@tool``) through the effect ledger in ``store``, keyed per call
+    (``call_key``). ``effects`` gives each tool's class by name (undeclared tools are side
+    effects: never run twice); ``probes`` a side effect's probe, asked when a crash left its
+    outcome in doubt. Inside a tool, ``current_call().idempotency_key`` is the call's key."""
+    return DurableTools(tools, store, server=server, effects=effects or {}, probes=probes or {})
+
+
+def _answer(text: str, is_error: bool = False) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "is_error": is_error}
+
+
+def _recorded(content: str, is_error: bool) -> dict[str, Any]:
+    """A recorded result as the tool returned it; a probe's or the ledger's text as a text result."""
+    try:
+        recorded = json.loads(content)
+    except ValueError:
+        recorded = None
+    if isinstance(recorded, dict) and isinstance(recorded.get("content"), list):
+        return recorded
+    return _answer(content, is_error)
+
+
+__all__ = ["DurableTools", "UnbrokenSessionStore", "call_key", "current_call", "durable_tools", "transcript_run_id"]
