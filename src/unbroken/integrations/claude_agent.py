@@ -268,6 +268,7 @@ class DurableTools:
             SdkMcpTool(each.name, each.description, each.input_schema, self._wrap(each), each.annotations)
             for each in tools
         ]
+        self.tools = wrapped  # as the CLI calls them (through the ledger)
         self.mcp_servers: dict[str, McpServerConfig] = {server: create_sdk_mcp_server(server, tools=wrapped)}
         self.hooks: dict[HookEvent, list[HookMatcher]] = {
             "PreToolUse": [HookMatcher(matcher=None, hooks=[cast("Any", self._announce)])]

@@ -1,0 +1,101 @@
+"""``durable_tools`` in one process, the CLI's part played by the test: the ``PreToolUse`` hook
+announces each call, the wrapped handler (which receives only the arguments) takes its call;
+parallel calls of one tool are told apart by their arguments; a settled call asked again is
+answered from the ledger; a call that never passed the hook is refused, nothing run."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from claude_agent_sdk import SdkMcpTool, tool
+
+from unbroken import open_store
+from unbroken.integrations.claude_agent import DurableTools, current_call, durable_tools
+from unbroken.stores.base import Store
+
+made: list[tuple[str, str, dict[str, Any]]] = []
+
+
+@tool("charge", "Charge an invoice", {"invoice": str, "amount": int})
+async def charge(args: dict[str, Any]) -> dict[str, Any]:
+    call = current_call()
+    made.append((call.id, call.idempotency_key, dict(args)))
+    return {"content": [{"type": "text", "text": f"charged {args['amount']} for {args['invoice']}"}]}
+
+
+@tool("balance", "Read the balance", {})
+async def balance(args: dict[str, Any]) -> dict[str, Any]:
+    made.append((current_call().id, "", {}))
+    return {"content": [{"type": "text", "text": "12"}]}
+
+
+def tools(store: Store) -> DurableTools:
+    made.clear()
+    return durable_tools([charge, balance], store, server="pay", effects={"balance": "read_only"})
+
+
+async def announce(durable: DurableTools, session: str, use_id: str, name: str, arguments: dict[str, Any]) -> None:
+    hook = durable.hooks["PreToolUse"][0].hooks[0]
+    hook_input: Any = {"session_id": session, "tool_use_id": use_id, "tool_name": f"mcp__pay__{name}"}
+    hook_input["tool_input"] = arguments
+    assert await hook(hook_input, use_id, {"signal": None}) == {}
+
+
+def handler(durable: DurableTools, name: str) -> SdkMcpTool[Any]:
+    return next(each for each in durable.tools if each.name == name)
+
+
+def text(result: dict[str, Any]) -> str:
+    return str(result["content"][0]["text"])
+
+
+def test_parallel_calls_of_one_tool_are_each_run_as_their_own_call() -> None:
+    durable = tools(open_store("memory://"))
+
+    async def go() -> None:
+        await announce(durable, "s1", "toolu_01", "charge", {"invoice": "A", "amount": 5})
+        await announce(durable, "s1", "toolu_02", "charge", {"amount": 7, "invoice": "B"})
+        b, a = await asyncio.gather(
+            handler(durable, "charge").handler({"invoice": "B", "amount": 7}),
+            handler(durable, "charge").handler({"invoice": "A", "amount": 5}),
+        )
+        assert (text(a), text(b)) == ("charged 5 for A", "charged 7 for B")
+
+    asyncio.run(go())
+    assert sorted((args["invoice"], use_id) for use_id, _, args in made) == [("A", "toolu_01"), ("B", "toolu_02")]
+
+
+def test_a_settled_call_asked_again_in_another_process_is_answered_from_the_ledger() -> None:
+    store = open_store("memory://")
+
+    async def ask(durable: DurableTools, arguments: dict[str, Any]) -> str:
+        await announce(durable, "s1", "toolu_01", "charge", arguments)
+        return text(await handler(durable, "charge").handler(arguments))
+
+    first = tools(store)
+    assert asyncio.run(ask(first, {"invoice": "A", "amount": 5})) == "charged 5 for A"
+    again = durable_tools([charge, balance], store, server="pay")  # a new process: nothing in memory
+    assert asyncio.run(ask(again, {"invoice": "A", "amount": 5})) == "charged 5 for A"
+    assert len(made) == 1  # answered from the ledger, not run
+    assert asyncio.run(ask(again, {"invoice": "B", "amount": 7})) == "charged 7 for B"
+    assert len(made) == 2  # same id, other arguments: another call
+
+
+def test_a_read_only_tool_runs_every_time() -> None:
+    durable = tools(open_store("memory://"))
+
+    async def read() -> str:
+        await announce(durable, "s1", "toolu_09", "balance", {})
+        return text(await handler(durable, "balance").handler({}))
+
+    assert [asyncio.run(read()), asyncio.run(read())] == ["12", "12"]
+    assert len(made) == 2
+
+
+def test_a_call_that_did_not_pass_the_hook_is_refused_and_not_run() -> None:
+    durable = tools(open_store("memory://"))
+    result = asyncio.run(handler(durable, "charge").handler({"invoice": "A", "amount": 5}))
+    assert result["is_error"]
+    assert "without its PreToolUse hook" in text(result) and "hooks=durable.hooks" in text(result)
+    assert made == []
