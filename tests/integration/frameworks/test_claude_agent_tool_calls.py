@@ -46,6 +46,11 @@ def handler(durable: DurableTools, name: str) -> SdkMcpTool[Any]:
     return next(each for each in durable.tools if each.name == name)
 
 
+async def call(durable: DurableTools, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """What the CLI's call of the wrapped tool returns."""
+    return await handler(durable, name).handler(arguments)
+
+
 def text(result: dict[str, Any]) -> str:
     return str(result["content"][0]["text"])
 
@@ -57,8 +62,8 @@ def test_parallel_calls_of_one_tool_are_each_run_as_their_own_call() -> None:
         await announce(durable, "s1", "toolu_01", "charge", {"invoice": "A", "amount": 5})
         await announce(durable, "s1", "toolu_02", "charge", {"amount": 7, "invoice": "B"})
         b, a = await asyncio.gather(
-            handler(durable, "charge").handler({"invoice": "B", "amount": 7}),
-            handler(durable, "charge").handler({"invoice": "A", "amount": 5}),
+            call(durable, "charge", {"invoice": "B", "amount": 7}),
+            call(durable, "charge", {"invoice": "A", "amount": 5}),
         )
         assert (text(a), text(b)) == ("charged 5 for A", "charged 7 for B")
 
@@ -71,7 +76,7 @@ def test_a_settled_call_asked_again_in_another_process_is_answered_from_the_ledg
 
     async def ask(durable: DurableTools, arguments: dict[str, Any]) -> str:
         await announce(durable, "s1", "toolu_01", "charge", arguments)
-        return text(await handler(durable, "charge").handler(arguments))
+        return text(await call(durable, "charge", arguments))
 
     first = tools(store)
     assert asyncio.run(ask(first, {"invoice": "A", "amount": 5})) == "charged 5 for A"
@@ -87,7 +92,7 @@ def test_a_read_only_tool_runs_every_time() -> None:
 
     async def read() -> str:
         await announce(durable, "s1", "toolu_09", "balance", {})
-        return text(await handler(durable, "balance").handler({}))
+        return text(await call(durable, "balance", {}))
 
     assert [asyncio.run(read()), asyncio.run(read())] == ["12", "12"]
     assert len(made) == 2
@@ -95,7 +100,7 @@ def test_a_read_only_tool_runs_every_time() -> None:
 
 def test_a_call_that_did_not_pass_the_hook_is_refused_and_not_run() -> None:
     durable = tools(open_store("memory://"))
-    result = asyncio.run(handler(durable, "charge").handler({"invoice": "A", "amount": 5}))
+    result = asyncio.run(call(durable, "charge", {"invoice": "A", "amount": 5}))
     assert result["is_error"]
     assert "without its PreToolUse hook" in text(result) and "hooks=durable.hooks" in text(result)
     assert made == []
