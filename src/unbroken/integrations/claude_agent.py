@@ -270,21 +270,32 @@ class DurableTools:
         ]
         self.tools = wrapped  # as the CLI calls them (through the ledger)
         self.mcp_servers: dict[str, McpServerConfig] = {server: create_sdk_mcp_server(server, tools=wrapped)}
+        hook = HookMatcher(matcher=None, hooks=[cast("Any", self._announce)])
         self.hooks: dict[HookEvent, list[HookMatcher]] = {
-            "PreToolUse": [HookMatcher(matcher=None, hooks=[cast("Any", self._announce)])]
+            "PreToolUse": [hook],
+            "PostToolUse": [hook],
+            "PostToolUseFailure": [hook],
         }
 
     def _slot(self, tool: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
         return tool, canonical_hash(cast("JSONValue", dict(arguments)))
 
     async def _announce(self, hook_input: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        """The hook: before a call of one of these tools, remember which call it is; after it,
+        forget it if no handler took it (the call was denied or blocked), so that it is never
+        taken for a later call with the same arguments."""
         prefix = f"mcp__{self.server}__"
         name = str(hook_input.get("tool_name", ""))
         if name.startswith(prefix):
-            arguments = hook_input.get("tool_input") or {}
-            slot = self._slot(name[len(prefix) :], arguments)
-            use_id = str(hook_input.get("tool_use_id") or tool_use_id or "")
-            self._announced.setdefault(slot, deque()).append((str(hook_input.get("session_id", "")), use_id))
+            slot = self._slot(name[len(prefix) :], hook_input.get("tool_input") or {})
+            call = (str(hook_input.get("session_id", "")), str(hook_input.get("tool_use_id") or tool_use_id or ""))
+            waiting = self._announced.setdefault(slot, deque())
+            if hook_input.get("hook_event_name") == "PreToolUse":
+                waiting.append(call)
+            elif call in waiting:
+                waiting.remove(call)
+            if not waiting:
+                del self._announced[slot]
         return {}
 
     def _wrap(self, tool: SdkMcpTool[Any]) -> Callable[[Any], Awaitable[dict[str, Any]]]:

@@ -6,7 +6,7 @@ answered from the ledger; a call that never passed the hook is refused, nothing 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 from claude_agent_sdk import SdkMcpTool, tool
 
@@ -35,10 +35,18 @@ def tools(store: Store) -> DurableTools:
     return durable_tools([charge, balance], store, server="pay", effects={"balance": "read_only"})
 
 
-async def announce(durable: DurableTools, session: str, use_id: str, name: str, arguments: dict[str, Any]) -> None:
-    hook = durable.hooks["PreToolUse"][0].hooks[0]
-    hook_input: Any = {"session_id": session, "tool_use_id": use_id, "tool_name": f"mcp__pay__{name}"}
-    hook_input["tool_input"] = arguments
+async def announce(
+    durable: DurableTools,
+    session: str,
+    use_id: str,
+    name: str,
+    arguments: dict[str, Any],
+    event: Literal["PreToolUse", "PostToolUseFailure"] = "PreToolUse",
+) -> None:
+    """What the CLI does before (or after) a call: run the hooks registered for ``event``."""
+    hook = durable.hooks[event][0].hooks[0]
+    hook_input: Any = {"hook_event_name": event, "session_id": session, "tool_use_id": use_id}
+    hook_input |= {"tool_name": f"mcp__pay__{name}", "tool_input": arguments}
     assert await hook(hook_input, use_id, {"signal": None}) == {}
 
 
@@ -104,3 +112,16 @@ def test_a_call_that_did_not_pass_the_hook_is_refused_and_not_run() -> None:
     assert result["is_error"]
     assert "without its PreToolUse hook" in text(result) and "hooks=durable.hooks" in text(result)
     assert made == []
+
+
+def test_a_call_denied_after_its_hook_is_never_taken_for_a_later_call() -> None:
+    durable = tools(open_store("memory://"))
+
+    async def go() -> None:
+        await announce(durable, "s1", "toolu_01", "charge", {"invoice": "A", "amount": 5})
+        await announce(durable, "s1", "toolu_01", "charge", {"invoice": "A", "amount": 5}, "PostToolUseFailure")
+        await announce(durable, "s1", "toolu_02", "charge", {"invoice": "A", "amount": 5})
+        assert text(await call(durable, "charge", {"invoice": "A", "amount": 5})) == "charged 5 for A"
+
+    asyncio.run(go())
+    assert [use_id for use_id, _, _ in made] == ["toolu_02"]
