@@ -1,7 +1,8 @@
 """``durable_tools`` in one process, the CLI's part played by the test: the ``PreToolUse`` hook
 announces each call, the wrapped handler (which receives only the arguments) takes its call;
 parallel calls of one tool are told apart by their arguments; a settled call asked again is
-answered from the ledger; a call that never passed the hook is refused, nothing run."""
+answered from the ledger, one in doubt is an unknown outcome; a call that never passed the hook
+is refused, nothing run."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any, Literal
 
 from claude_agent_sdk import SdkMcpTool, tool
 
-from unbroken import open_store
-from unbroken.integrations.claude_agent import DurableTools, current_call, durable_tools
+from unbroken import ToolCall, open_store
+from unbroken.integrations.claude_agent import DurableTools, call_key, current_call, durable_tools, tools_run_id
+from unbroken.ledger import EffectLedger
 from unbroken.stores.base import Store
 
 made: list[tuple[str, str, dict[str, Any]]] = []
@@ -125,3 +127,22 @@ def test_a_call_denied_after_its_hook_is_never_taken_for_a_later_call() -> None:
 
     asyncio.run(go())
     assert [use_id for use_id, _, _ in made] == ["toolu_02"]
+
+
+def test_a_payment_left_in_doubt_and_asked_again_is_an_unknown_outcome_without_a_probe() -> None:
+    store = open_store("memory://")
+    arguments: dict[str, Any] = {"invoice": "A", "amount": 5}
+    key = call_key("s1", "toolu_01", "charge", arguments)
+    # What a process killed inside the payment leaves: the intent, no outcome.
+    EffectLedger(store, tools_run_id("s1")).claim(ToolCall("toolu_01", "charge", arguments, key))
+    durable = tools(store)
+
+    async def go() -> dict[str, Any]:
+        await announce(durable, "s1", "toolu_01", "charge", arguments)
+        return await call(durable, "charge", arguments)
+
+    result = asyncio.run(go())
+    assert result["is_error"] and text(result).startswith("UNKNOWN OUTCOME")
+    assert made == []
+    entry = store.ledger_get(tools_run_id("s1"), key)
+    assert entry is not None and entry.status == "unknown"

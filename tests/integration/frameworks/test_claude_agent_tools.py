@@ -79,7 +79,7 @@ def session_of(stub: MessagesStub) -> str:
     raise AssertionError(f"no session id in the requests: {[b.get('metadata') for b in stub.requests]}")
 
 
-@pytest.mark.parametrize("probe", [True, False], ids=["probe", "no-probe"])
+@pytest.mark.parametrize("probe", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["probe", "no-probe"])
 def test_killed_inside_a_payment_the_resumed_session_pays_each_invoice_once(
     tmp_path: Path, stub: MessagesStub, probe: bool
 ) -> None:
