@@ -11,6 +11,13 @@ The SDK's own ``claude_agent_sdk.testing.run_session_store_conformance`` passes 
 (tests/integration/frameworks/test_claude_agent_store.py). ``list_session_summaries`` is not
 implemented: the SDK then builds listings from ``list_sessions`` and ``load``.
 
+``durable_tools(tools, store)`` runs in-process SDK tools (``@tool``) through the effect ledger
+(``_effects``): it gives the ``mcp_servers`` entry and the ``hooks`` to pass to
+``ClaudeAgentOptions``. The handler receives only the arguments, so the ``PreToolUse`` hook
+announces each call (session, ``tool_use`` id) and the handler takes the call announced with
+its tool and canonical arguments, first in first out. Each call is keyed by ``call_key``; a
+call asked again after a crash is answered from the ledger, its probe, or UNKNOWN OUTCOME.
+
 Run ids: ``claude.<project hash>.<session id>[.<subpath>]``, each part escaped reversibly
 into run-id characters (``_xx`` per other byte), so listings need no extra reads; a part too
 long for a run id is replaced by its hash and the log remembers the original in its head.
