@@ -264,6 +264,13 @@ class DurableTools:
         for tool_name, effect in effects.items():
             if effect not in EFFECTS:
                 raise ConfigError(f"effect of tool {tool_name!r} must be one of {', '.join(EFFECTS)}, not {effect!r}")
+        names = {each.name for each in tools}
+        strangers = sorted((set(effects) | set(probes)) - names)
+        if strangers:
+            raise ConfigError(
+                f"effects or probes name {', '.join(strangers)}, which are not among the tools "
+                f"({', '.join(sorted(names))}); use the tools' own names (as given to @tool)"
+            )
         self.store = store
         self.server = server
         self.effects = dict(effects)
@@ -370,4 +377,12 @@ def _recorded(content: str, is_error: bool) -> dict[str, Any]:
     return _answer(content, is_error)
 
 
-__all__ = ["DurableTools", "UnbrokenSessionStore", "call_key", "current_call", "durable_tools", "transcript_run_id"]
+__all__ = [
+    "DurableTools",
+    "UnbrokenSessionStore",
+    "call_key",
+    "current_call",
+    "durable_tools",
+    "tools_run_id",
+    "transcript_run_id",
+]

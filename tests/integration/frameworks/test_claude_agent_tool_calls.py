@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Literal
 
+import pytest
 from claude_agent_sdk import SdkMcpTool, tool
 
-from unbroken import ToolCall, open_store
+from unbroken import NotExecuted, ToolCall, open_store
+from unbroken.errors import ConfigError
 from unbroken.integrations.claude_agent import DurableTools, call_key, current_call, durable_tools, tools_run_id
 from unbroken.ledger import EffectLedger
 from unbroken.stores.base import Store
@@ -146,3 +148,8 @@ def test_a_payment_left_in_doubt_and_asked_again_is_an_unknown_outcome_without_a
     assert made == []
     entry = store.ledger_get(tools_run_id("s1"), key)
     assert entry is not None and entry.status == "unknown"
+
+
+def test_a_probe_for_a_tool_that_is_not_there_is_refused_with_the_names_to_use() -> None:
+    with pytest.raises(ConfigError, match=r"probes name chrage, which are not among the tools \(balance, charge\)"):
+        durable_tools([charge, balance], open_store("memory://"), probes={"chrage": lambda call: NotExecuted()})
