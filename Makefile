@@ -44,9 +44,10 @@ lint: $(STAMP)  ## ruff, then the layering contracts ([tool.importlinter] in pyp
 # (each has its own conftest); a new test folder joins this list.
 TYPED_TESTS := tests/unit tests/cli tests/faults_kit tests/features tests/reliability tests/integration/providers \
 	tests/integration/postgres tests/integration/frameworks tests/faults tests/browser tests/golden \
-	tests/integration/redis tests/integration/s3 tests/hostile tests/crash tests/contract
-# Helper modules that other tiers import after putting their folder on sys.path (pgtest, provider_server, s3test).
-TEST_HELPERS := tests/integration/postgres:tests/integration/providers:tests/integration/s3
+	tests/integration/redis tests/integration/s3 tests/hostile tests/crash tests/contract tests/security tests/sim
+# Helper modules that other tiers import after putting their folder on sys.path (pgtest, provider_server, s3test,
+# redistest).
+TEST_HELPERS := tests/integration/postgres:tests/integration/providers:tests/integration/s3:tests/integration/redis
 # tests/integration's own files (its subfolders are listed above); they import core_scripts from tests/unit.
 TYPED_INTEGRATION_FILES := $(wildcard tests/integration/*.py)
 
@@ -58,7 +59,7 @@ typecheck: $(STAMP)
 
 check: lint typecheck test  ## everything CI runs
 
-reliability: $(STAMP)  ## long crash sweeps, random kills, fault loops; then every slow test (minutes)
+reliability: $(STAMP)  ## long crash sweeps, random kills, fault loops, simulated schedules; then every slow test (minutes)
 	$(PY) scripts/reliability.py
 	$(PY) -m pytest -q -m slow
 

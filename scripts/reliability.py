@@ -271,11 +271,64 @@ def _pytest(lines: _Lines, guarantee: str, path: str) -> None:
     )
 
 
+def _simulation(lines: _Lines, schedules: int, seed: int) -> None:
+    """Seeded fault schedules of the real engine (docs/simulation.md): many on memory and SQLite,
+    fewer on the servers (PostgreSQL, Redis, S3 on moto), each checked against every invariant."""
+    from unbroken.testing.simulate import simulate
+    from unbroken.testing.simulate.stores import store_factory
+
+    postgres = os.environ.get(POSTGRES_URL_ENV, "postgresql://postgres@127.0.0.1:5432/test")
+    backends: list[tuple[str, str, int]] = [
+        ("memory", "memory", schedules),
+        ("sqlite", "sqlite", schedules // 2),
+        ("postgres", f"{postgres}{'&' if '?' in postgres else '?'}schema=reliability_sim", max(1, schedules // 100)),
+        ("redis", "redis://127.0.0.1:6379/0?prefix=reliability-sim&durability=none", max(1, schedules // 100)),
+    ]
+    moto: subprocess.Popen[bytes] | None = None
+    try:
+        sys.path.insert(0, "tests/integration/s3")
+        import s3test  # type: ignore[import-not-found]
+
+        s3test.use_test_credentials()
+        moto, endpoint = s3test.start_moto()
+        bucket = s3test.new_bucket(endpoint)
+        backends.append(("s3", s3test.store_url(endpoint, bucket, "sim"), max(1, schedules // 200)))
+    except Exception as exc:  # no moto here: the S3 line says so
+        lines.say("9 simulation on s3", f"moto could not start ({type(exc).__name__}: {exc})", False)
+    try:
+        for name, spec, count in backends:
+            started = time.perf_counter()
+            try:
+                with store_factory(spec) as factory:
+                    report = simulate(range(seed, seed + count), factory)
+            except StoreUnavailable as exc:
+                lines.say(f"9 simulation on {name}", f"store unavailable: {exc}", False)
+                continue
+            took = time.perf_counter() - started
+            failed = ", ".join(f"seed {o.seed}: {o.violations[0]}" for o in report.failures[:3])
+            lines.say(
+                f"9 simulation on {name}",
+                f"{report.seeds} schedules, {len(report.failures)} broke an invariant ({report.seeds / took:.1f}/s)"
+                + (f"; {failed}" if failed else ""),
+                report.passed,
+            )
+    finally:
+        if moto is not None:
+            moto.kill()
+            moto.wait(timeout=10)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python scripts/reliability.py", description=__doc__)
     parser.add_argument("--kills", type=int, default=300, help="random SIGKILLs per store")
     parser.add_argument("--flips", type=int, default=100_000, help="random bit-flip cases")
     parser.add_argument("--seed", type=int, default=20261101)
+    parser.add_argument(
+        "--schedules",
+        type=int,
+        default=20_000,
+        help="simulated fault schedules on memory (half as many on SQLite, fewer on the servers)",
+    )
     parser.add_argument(
         "--stores",
         default="sqlite,sqlite-packed,file,postgres",
@@ -296,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda: _pytest(lines, "6 disk faults (ENOSPC, EIO)", "tests/reliability/test_disk_faults.py"),
         lambda: _pytest(lines, "7 hostile input (fuzz, size cap)", "tests/reliability/test_hostile_input.py"),
         lambda: _pytest(lines, "8 unbroken chaos (CLI)", "tests/reliability/test_chaos_cli.py"),
+        lambda: _simulation(lines, args.schedules, args.seed),
     ]
     for step in steps:
         step()

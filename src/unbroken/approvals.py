@@ -31,6 +31,7 @@ from .codec import Encoder, canonical_hash
 from .errors import ApprovalError, ApprovalExpired, ConfigError
 from .leases import acquire, make_owner
 from .reconcile import Decision
+from .redact import log_failure
 from .state import JSONValue, RunState, ToolCall, ToolResult, check_run_id
 from .tools import Tool
 
@@ -94,7 +95,7 @@ def needs_approval(tool: Tool, call: ToolCall) -> bool:
     try:
         return bool(rule(call))
     except Exception as exc:
-        log.error("approval rule of tool %s raised %s; asking a person", tool.name, type(exc).__name__, exc_info=exc)
+        log_failure(log, f"approval rule of tool {tool.name} raised (asking a person)", exc)
         return True
 
 

@@ -143,7 +143,7 @@ def run_steps(session: RunSession) -> Steps:
             ) from exc
         session.record_turn(turn)
         hooks.model_call_ended(session, began, turn, None)
-        if not (yield from _settle(session, list(state.pending_calls), resuming=False)):
+        if not (yield from _settle(session, state.dangling_calls(), resuming=False)):
             return
 
 

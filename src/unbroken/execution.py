@@ -14,6 +14,7 @@ from typing import Any
 
 from .errors import LeaseError, OutcomeUnknown
 from .reconcile import render_content
+from .redact import log_failure
 from .state import JSONValue, ToolCall, ToolResult
 from .tools import Tool
 
@@ -121,8 +122,10 @@ async def _in_own_thread(tool: Tool, call: ToolCall, business_state: dict[str, J
 
 
 def failed(tool: Tool, call: ToolCall, exc: Exception) -> ToolResult:
-    """The model sees the exception's type and message; the developer gets the traceback."""
-    log.error("tool %s raised %s (call %s)", tool.name, type(exc).__name__, call.id, exc_info=exc)
+    """The model sees the exception's type and message; the log gets its type and a short,
+    redacted message (``redact.log_failure``: a secret in the message stays out of the log);
+    the traceback is at DEBUG."""
+    log_failure(log, f"tool {tool.name} raised (call {call.id})", exc)
     return ToolResult(call.id, f"{type(exc).__name__}: {exc}", is_error=True)
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import clock
+from .redact import log_failure
 from .state import JSONValue, ToolCall, ToolResult
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ def emit(hooks: tuple[Hook, ...], event: Event) -> None:
         try:
             hook(event)
         except Exception as exc:
-            log.error("hook %r raised %s on %s", hook, type(exc).__name__, type(event).__name__, exc_info=exc)
+            log_failure(log, f"hook {hook!r} raised on {type(event).__name__}", exc)
 
 
 # --------------------------------------------------------------------------- emitters the engine calls

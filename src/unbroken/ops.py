@@ -28,11 +28,13 @@ from urllib.parse import urlsplit
 from . import clock, paging
 from .approvals import ApprovalRequest, decide, pending_approvals
 from .codec import MIGRATIONS, Decoded, StoredRecord, encode_full, peek_version, reads_natively
+from .erasure import Erasure, erase
 from .errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, RunNotFound, StoreUnavailable
 from .fork import Fork, fork, rewind
 from .importing import import_run
 from .leases import acquire, make_owner, owner_is_dead
 from .resolve import resolve_call
+from .retention import DAY, Retention, RetentionReport, apply_retention
 from .state import TERMINAL_PHASES, JSONValue, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, check_run_id
 from .stores import Store, open_store
 from .watching import Update, follow, settlements
@@ -81,9 +83,34 @@ def queued_runs(store: Store) -> list[QueuedRun]:
 
 
 def queued_run(store: Store, run_id: str) -> QueuedRun | None:
-    """The run ``run_id`` if it is queued and not started, else None."""
+    """The run ``run_id`` if it is queued and not started, else None (one submission read)."""
     check_run_id(run_id)
-    return next((run for run in queued_runs(store) if run.run_id == run_id), None)
+    if "claim" not in store.capabilities:
+        return None
+    item = store.submission(run_id)
+    if item is None or store.exists(run_id):
+        return None
+    return QueuedRun(item.run_id, item.task, item.agent, item.submitted_at)
+
+
+@dataclass(frozen=True)
+class QueuedPage:
+    """Queued runs not started yet, oldest first; ``next``: the cursor of the next page."""
+
+    runs: list[QueuedRun]
+    next: tuple[float, str] | None
+
+
+def queued_page(store: Store, *, limit: int = 50, after: tuple[float, str] | None = None) -> QueuedPage:
+    """Up to ``limit`` queued runs not started yet, oldest first, after the cursor ``after``:
+    one ``store.unstarted_page`` read (about ``limit`` rows on SQLite and PostgreSQL, however
+    long the queue). [] on a store that cannot queue runs."""
+    if "claim" not in store.capabilities:
+        return QueuedPage([], None)
+    items = store.unstarted_page(after, limit + 1)
+    runs = [QueuedRun(item.run_id, item.task, item.agent, item.submitted_at) for item in items[:limit]]
+    more = len(items) > limit and runs
+    return QueuedPage(runs, (runs[-1].submitted_at, runs[-1].run_id) if more else None)
 
 
 RUNS_PAGE = 50
@@ -99,6 +126,8 @@ class RunsPage:
     runs: list[RunSummary]
     queued: list[QueuedRun]
     next: tuple[float, str] | None
+    queued_next: tuple[float, str] | None = None
+    """More queued runs after ``queued`` (``queued_page(after=queued_next)``); None: no more."""
 
     @property
     def rows(self) -> list[RunSummary | QueuedRun]:
@@ -108,31 +137,41 @@ class RunsPage:
 def runs_page(store: Store, *, limit: int = RUNS_PAGE, after: tuple[float, str] | None = None) -> RunsPage:
     """Up to ``limit`` started runs, most recently updated first (ties: run id descending),
     strictly after the cursor ``after`` (``RunsPage.next`` of the previous page), and, on the
-    first page, the queued runs as ``queued_runs`` lists them. One ``store.summaries_page(after,
-    limit + 1)`` call: about ``limit`` rows on a store with an index on the update time (Postgres,
-    Redis); a scan of every run's summary keeping the top ``limit`` on the others (SQLite, files,
-    S3, memory: docs/stores.md). Queued runs are read whole (``list_submissions``; few)."""
+    first page, up to ``limit`` of the oldest queued runs (``queued_page``). One
+    ``store.summaries_page(after, limit + 1)`` call: about ``limit`` rows on a store with an
+    index on the update time (Postgres, Redis); a scan of every run's summary keeping the top
+    ``limit`` on the others (SQLite, files, S3, memory: docs/stores.md)."""
     if limit < 1:
         raise ConfigError(f"a page of runs holds at least 1 run, not {limit}")
     rows = store.summaries_page(after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
-    seen = {run.run_id for run in rows}
-    queued = [run for run in queued_runs(store) if run.run_id not in seen] if after is None else []
     last = (rows[-1].updated_at, rows[-1].run_id) if more and rows else None
-    return RunsPage(rows, queued, last)
+    if after is not None:
+        return RunsPage(rows, [], last)
+    queued = queued_page(store, limit=limit)
+    return RunsPage(rows, queued.runs, last, queued.next)
 
 
 def iter_runs(store: Store, *, page: int = 500) -> Iterator[RunsPage]:
-    """Every run, a page of ``page`` summaries at a time (``runs_page`` pages, keyset): memory
-    holds one page. A run saved while listed moves ahead of the cursor and is not listed again."""
+    """Every run, a page of ``page`` summaries at a time (``runs_page`` pages, keyset), then the
+    queued runs a page at a time (``queued_page``): memory holds one page.
+    A run saved while listed moves ahead of the cursor and is not listed again."""
     after: tuple[float, str] | None = None
     while True:
         current = runs_page(store, limit=page, after=after)
-        yield current
+        yield RunsPage(current.runs, [], current.next)
         if current.next is None:
-            return
+            break
         after = current.next
+    queued_after: tuple[float, str] | None = None
+    while True:  # then the queued runs, oldest first, a page at a time too
+        queued = queued_page(store, limit=page, after=queued_after)
+        if queued.runs:
+            yield RunsPage([], queued.runs, None)
+        if queued.next is None:
+            return
+        queued_after = queued.next
 
 
 def list_all_runs(store: Store) -> list[RunSummary | QueuedRun]:
@@ -501,6 +540,13 @@ __all__ = [
     "open_existing_store",
     "pending_approvals",
     "plan_migration",
+    "DAY",
+    "Erasure",
+    "Retention",
+    "RetentionReport",
+    "apply_retention",
+    "erase",
+    "queued_page",
     "queued_run",
     "queued_runs",
     "recover",

@@ -81,12 +81,16 @@ def render_content(value: Any) -> str:
     return f"{text}\n[unbroken: the tool returned a {type(value).__name__} that is not plain JSON; shown as text]"
 
 
+def refused(call: ToolCall) -> ToolResult:
+    """The ``is_error`` result of a call that is never run (``call.error`` says why)."""
+    return ToolResult(call.id, f"Error: {call.error}. The call was not executed.", True, "invalid")
+
+
 def decide_first(call: ToolCall, tool: Tool | None, ledger: EffectLedger, resolution: str | None = None) -> Decision:
     """Decide what happens to ``call``, up to asking a probe (``probe``). May write to the
     ledger (intent, retry); never runs the tool or the probe."""
     if call.error is not None:
-        text = f"Error: {call.error}. The call was not executed."
-        return Decision("answer", ToolResult(call.id, text, True, "invalid"), reason=call.error)
+        return Decision("answer", refused(call), reason=call.error)
     if tool is None:
         return _not_runnable(call, None, ledger, f"there is no tool named {call.name!r}", resolution)
     misfit = unbindable(tool, call)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from .codec import canonical_hash
 from .errors import ConfigError
+from .redact import log_failure
 from .state import JSONValue
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def _close(name: str, live: Any) -> None:
     try:
         close()
     except Exception as exc:
-        log.error("closing resource %r raised %s", name, type(exc).__name__, exc_info=exc)
+        log_failure(log, f"closing resource {name!r} raised", exc)
 
 
 _current: contextvars.ContextVar[Resources | None] = contextvars.ContextVar("unbroken_resources", default=None)

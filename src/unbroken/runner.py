@@ -41,6 +41,9 @@ ContextBuilder = Callable[[RunState], Sequence[JSONValue]]
 DEFAULT_MAX_RESULT_BYTES = 4 * 1024 * 1024
 """A tool result longer than this (UTF-8) is cut to its head with a note (Agent max_result_bytes)."""
 
+DEFAULT_MAX_CALLS_PER_TURN = 128
+"""Tool calls of one model turn that run; the rest are answered with an error (Agent max_calls_per_turn)."""
+
 
 class Agent:
     """A resumable agent: a model, its tools, its policies, and a default store.
@@ -72,6 +75,7 @@ class Agent:
         compaction: Compactor | None = None,
         max_attempts: int = 3,
         max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES,
+        max_calls_per_turn: int = DEFAULT_MAX_CALLS_PER_TURN,
         hooks: Iterable[Hook] = (),
         resources: Mapping[str, Opener] | None = None,
     ) -> None:
@@ -87,6 +91,8 @@ class Agent:
             raise ConfigError("max_attempts must be at least 1")
         if max_result_bytes is not None and max_result_bytes < 1024:
             raise ConfigError("max_result_bytes must be at least 1024 (or None for no cut)")
+        if type(max_calls_per_turn) is not int or max_calls_per_turn < 1:
+            raise ConfigError(f"max_calls_per_turn must be a whole number >= 1, not {max_calls_per_turn!r}")
         if store is None:
             from .stores import open_store
 
@@ -113,6 +119,7 @@ class Agent:
             "compaction": compaction,
             "max_attempts": max_attempts,
             "max_result_bytes": max_result_bytes,
+            "max_calls_per_turn": max_calls_per_turn,
             "hooks": tuple(hooks),
             "resources": resources,
         }
@@ -140,6 +147,9 @@ class Agent:
         (a tool that kills its own process is not run forever)."""
         self.max_result_bytes = max_result_bytes
         """A tool result over this many UTF-8 bytes keeps its head and a note saying it was cut."""
+        self.max_calls_per_turn = max_calls_per_turn
+        """Calls of one model turn past this many are saved with the turn and answered with an
+        ``is_error`` result without running (a hostile page cannot make one turn run 10,000 calls)."""
         self.hooks: tuple[Hook, ...] = self._given["hooks"]
         """Callables given every event of a run (``unbroken.hooks``); a hook that raises is logged."""
         self.resources: Mapping[str, Opener] = MappingProxyType(dict(resources or {}))

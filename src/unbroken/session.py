@@ -30,7 +30,7 @@ from .errors import (
 from .leases import Heartbeat
 from .ledger import EffectLedger, not_settled_result, unknown_result
 from .model import HistoryReader, ModelTurn, ProposedCall, messages_are_json
-from .reconcile import Decision
+from .reconcile import Decision, refused
 from .state import (
     SCHEMA_VERSION,
     JSONValue,
@@ -261,7 +261,10 @@ class RunSession:
         state.messages.extend(turn.messages)
         calls = [self.to_tool_call(proposed, position) for position, proposed in enumerate(turn.tool_calls)]
         state.pending_calls = calls
-        state.results = {}
+        # Calls past max_calls_per_turn are answered here, in save A itself: one save for all of
+        # them, not one each (10,000 calls in a turn must not cost 10,000 saves).
+        over = calls[self.agent.max_calls_per_turn :]
+        state.results = {call.idempotency_key: refused(call) for call in over}
         state.resolutions = {}
         state.attempts = {}
         if calls:
@@ -277,7 +280,7 @@ class RunSession:
     def to_tool_call(self, proposed: ProposedCall, position: int) -> ToolCall:
         """A call as saved at save A, keyed by its occurrence: the save it is recorded in (the
         next one), its position there and the provider's id (which a provider may reuse)."""
-        error = proposed.error
+        error = over_call_cap(position, self.agent.max_calls_per_turn) or proposed.error
         if error is None and proposed.name not in self.agent.tools:
             error = f"there is no tool named {proposed.name!r}; available: {', '.join(self.agent.tools) or 'none'}"
         return ToolCall(
@@ -457,3 +460,15 @@ def check_size(encoded: EncodedSave) -> None:
             f"the {MAX_RECORD_BYTES:,}-byte record cap that every load enforces; nothing was saved. Keep tool "
             "results and business_state smaller (Agent max_result_bytes cuts each result)"
         )
+
+
+def over_call_cap(position: int, cap: int) -> str | None:
+    """Why the call at ``position`` (0-based) of a turn is not run, when it is past ``cap``.
+    The call is kept (saved at save A, answered with this as an ``is_error`` result): never
+    dropped, so the history stays valid for the provider and the model learns what happened."""
+    if position < cap:
+        return None
+    return (
+        f"not run: this turn asked for more than {cap} tool calls and this agent runs at most {cap} per "
+        "turn (Agent max_calls_per_turn); ask again in a later turn for what is still needed"
+    )

@@ -24,7 +24,10 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from . import clock
 from .errors import ConfigError, LeaseError, RunInterrupted, RunNotFound, StoreDataLost, UnbrokenError, Unsupported
+from .redact import log_failure
+from .retention import Retention, apply_retention
 from .runner import Agent
 from .session import RunResult
 from .stores.base import ClaimedRun, Store
@@ -60,7 +63,8 @@ class Worker:
     None takes any. ``poll_interval`` is how long an idle slot waits before claiming again,
     ``retry_after`` how long a run that raised is left alone before it is claimed again.
     ``on_finish(result)`` is called for each run that ends, ``on_ready()`` once the worker is
-    claiming and its signal handlers are installed."""
+    claiming and its signal handlers are installed. ``retention``: a policy an idle slot applies
+    (``apply_retention``, at most ``retention_limit`` runs, once per ``retention_every`` seconds)."""
 
     def __init__(
         self,
@@ -73,6 +77,9 @@ class Worker:
         retry_after: float = 10.0,
         on_finish: Callable[[RunResult], None] | None = None,
         on_ready: Callable[[], None] | None = None,
+        retention: Retention | None = None,
+        retention_every: float = 60.0,
+        retention_limit: int = 100,
     ) -> None:
         if concurrency < 1:
             raise ConfigError("concurrency must be at least 1")
@@ -97,6 +104,22 @@ class Worker:
         self._max_runs: int | None = None
         self._saved_runs: set[str] = set()
         """Runs this worker saw with save points: claimed again, they are only ever resumed."""
+        self.retention, self.retention_every, self.retention_limit = retention, retention_every, retention_limit
+        self._retained_at: float | None = None
+
+    def _retain(self) -> None:
+        """Apply the retention policy, if any and if its time has come (one slot at a time)."""
+        if self.retention is None:
+            return
+        with self._count:
+            now = clock.monotonic()
+            if self._retained_at is not None and now - self._retained_at < self.retention_every:
+                return
+            self._retained_at = now
+        try:
+            apply_retention(self.store, self.retention, limit=self.retention_limit)
+        except UnbrokenError as exc:
+            log.warning("worker could not apply retention: %s", exc)
 
     def stop(self) -> None:
         """Ask the worker to stop: no new claims; running runs stop after their next save point."""
@@ -172,6 +195,7 @@ class Worker:
             if not claimed:
                 with self._count:
                     self.stats.claimed -= 1
+                self._retain()
                 if until_idle:
                     return
                 self._stopping.wait(self.poll_interval)
@@ -197,7 +221,7 @@ class Worker:
             self._count_as("data_lost")
             self._hold(agent, run_id)
         except Exception as exc:
-            log.error("run %s raised %s: %s; retrying in %gs", run_id, type(exc).__name__, exc, self.retry_after)
+            log_failure(log, f"run {run_id} raised (retrying in {self.retry_after:g}s)", exc)
             self._count_as("errors")
             self._hold(agent, run_id)
         else:

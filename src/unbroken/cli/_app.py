@@ -12,6 +12,7 @@ import click
 
 from ..errors import UnbrokenError
 from ..stores import DEFAULT_STORE_URL, STORE_ENV_VAR, Store, open_store
+from ._safe import clean
 
 F = TypeVar("F", bound=Callable[..., Any])
 AGENT_HELP = (
@@ -46,7 +47,7 @@ def friendly_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except UnbrokenError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(clean(f"error: {exc}"), err=True)
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]

@@ -5,18 +5,22 @@ Commands (and the demo) decide nothing here; they hand over what an operation re
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from rich.console import Console
+import click
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.json import JSON
 from rich.markup import escape
+from rich.segment import Segment
 from rich.table import Table
 
 from .. import LedgerEntry, RunResult, RunState, RunSummary
 from ..ops import MigrationPlan, QueuedRun, RunView
+from ._safe import UNSAFE, clean
 
 PHASE_STYLES = {
     "completed": "green",
@@ -30,12 +34,41 @@ PHASE_STYLES = {
 }
 
 
+class SafeConsole(Console):
+    """A console that passes every piece of text it renders through :func:`clean`.
+
+    The one place the CLI's output is made safe: tables, grids, JSON, Live panels and titles
+    are all rendered through ``render``, so a command cannot forget. Segments rich marks as
+    control (its own cursor moves) are its own, not stored text, and pass unchanged."""
+
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            if segment.control is None and UNSAFE.search(segment.text):
+                yield Segment(clean(segment.text), segment.style)
+            else:
+                yield segment
+
+
 def make_console(*, stderr: bool = False) -> Console:
-    """A rich console; when the output is not a terminal, wide enough that ids are never cut."""
-    probe = Console(stderr=stderr)
+    """A rich console that shows stored text safely (:class:`SafeConsole`); when the output
+    is not a terminal, wide enough that ids are never cut."""
+    probe = SafeConsole(stderr=stderr)
     if probe.is_terminal or os.environ.get("COLUMNS"):
         return probe
-    return Console(stderr=stderr, width=200)
+    return SafeConsole(stderr=stderr, width=200)
+
+
+class CleanLogFormatter(logging.Formatter):
+    """Log lines through :func:`clean`: a tool's exception message is stored text too."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return clean(super().format(record))
+
+
+def echo(text: str, *, err: bool = False) -> None:
+    """One plain line (no rich styling) through :func:`clean`: for output that is parsed by
+    scripts, such as a run id or an error message that quotes stored text."""
+    click.echo(clean(text), err=err)
 
 
 def when(timestamp: float | None, *, precise: bool = False) -> str:
@@ -51,8 +84,10 @@ def phase_text(phase: str | None) -> str:
 
 
 def brief(value: Any, limit: int = 80) -> str:
+    """One line of at most ``limit`` characters, cleaned before it is measured (so a table
+    lays out what is shown, not the control characters it replaced)."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = " ".join(text.split())
+    text = clean(" ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

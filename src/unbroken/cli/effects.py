@@ -10,7 +10,7 @@ import click
 from rich.markup import escape
 
 from ..errors import ConfigError
-from ..ops import LEDGER_PAGE, ledger_of, open_existing_store, resolve_call
+from ..ops import DAY, LEDGER_PAGE, Retention, apply_retention, ledger_of, open_existing_store, resolve_call
 from ._app import friendly_errors, main, store_option
 from ._render import ledger_table, make_console, when
 
@@ -96,17 +96,48 @@ def resolve_command(
 
 
 @main.command("gc")
-@click.option("--older-than", "older_than", required=True, help="Age, e.g. 30m, 12h, 7d, 2w.")
+@click.option("--older-than", "older_than", default=None, help="Prune ledger entries older than this: 30m, 12h, 7d.")
+@click.option("--runs-older-than", "runs_older_than", default=None, help="Remove finished runs older than this: 30d.")
+@click.option("--keep-ledger", "keep_ledger", default=None, help="With --runs-older-than: keep ledgers this long.")
+@click.option("--erase", "erase_runs", is_flag=True, help="With --runs-older-than: erase (scrub) rather than delete.")
+@click.option("--limit", type=click.IntRange(1), default=100, show_default=True, help="Runs handled by this call.")
 @store_option
 @friendly_errors
-def gc_command(older_than: str, store_url: str) -> None:
-    """Prune old ledger entries of finished runs.
+def gc_command(
+    older_than: str | None,
+    runs_older_than: str | None,
+    keep_ledger: str | None,
+    erase_runs: bool,
+    limit: int,
+    store_url: str,
+) -> None:
+    """Prune old ledger entries of finished runs, and apply a retention policy to finished runs.
 
-    Deletes the ledger entries of finished runs last updated longer ago than --older-than.
-    Entries of a run that is still live (in progress or paused) are never touched."""
-    seconds = parse_duration(older_than)
-    cutoff = time.time() - seconds
+    --older-than: delete the ledger entries of finished runs last updated longer ago. Entries
+    of a run that is still live (in progress or paused) are never touched.
+
+    --runs-older-than: finished runs last saved longer ago lose their history; their effect
+    ledger goes with them, or is kept --keep-ledger long for audit (the run is emptied, listed
+    as "retained", then removed). At most --limit runs a call: repeat until it says done."""
+    if older_than is None and runs_older_than is None:
+        raise ConfigError("say what to collect: --older-than AGE (ledger entries) and/or --runs-older-than AGE (runs)")
+    console = make_console()
     with open_existing_store(store_url) as store:
-        pruned = store.ledger_gc(cutoff)
-    noun = "entry" if pruned == 1 else "entries"
-    make_console().print(f"pruned {pruned} ledger {noun} of finished runs last updated before {when(cutoff)}")
+        if older_than is not None:
+            cutoff = time.time() - parse_duration(older_than)
+            pruned = store.ledger_gc(cutoff)
+            noun = "entry" if pruned == 1 else "entries"
+            console.print(f"pruned {pruned} ledger {noun} of finished runs last updated before {when(cutoff)}")
+        if runs_older_than is not None:
+            policy = Retention(
+                runs_days=parse_duration(runs_older_than) / DAY,
+                ledger_days=None if keep_ledger is None else parse_duration(keep_ledger) / DAY,
+                erase=erase_runs,
+            )
+            report = apply_retention(store, policy, limit=limit)
+            console.print(
+                f"retention: removed {len(report.removed)} run(s), emptied {len(report.emptied)} "
+                f"(ledger kept for audit)" + ("; more left: run it again" if report.more else "; done")
+            )
+            if report.scrubbed:
+                console.print(f"store: {escape(report.scrubbed)}")

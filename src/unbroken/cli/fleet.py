@@ -11,6 +11,7 @@ from .. import RunResult
 from ..agent_ref import load_agent, parse_agent_ref
 from ..worker import Worker
 from ._app import AGENT_HELP, friendly_errors, main, open_cli_store, store_option
+from ._render import CleanLogFormatter, echo
 
 
 def _redacted(url: str) -> str:
@@ -33,7 +34,7 @@ def submit_command(agent_spec: str, task: str, run_id: str | None, store_url: st
     `runs` and `show` until one starts it. Safe to repeat with the same --run-id and task."""
     parse_agent_ref(agent_spec)
     with open_cli_store(store_url) as store:
-        click.echo(store.submit(task, run_id, agent=agent_spec))
+        echo(store.submit(task, run_id, agent=agent_spec))
 
 
 @main.command("worker")
@@ -52,10 +53,12 @@ def worker_command(
     Runs left by a dead worker are picked up once their lease expires. SIGTERM or Ctrl-C: the
     worker finishes its current save points, releases its leases and exits."""
     build = load_agent(agent_spec).factory()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(CleanLogFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
 
     def report(result: RunResult) -> None:
-        click.echo(f"{result.run_id}\t{result.status}\t{result.turns} turns\t{result.tokens_used} tokens")
+        echo(f"{result.run_id}\t{result.status}\t{result.turns} turns\t{result.tokens_used} tokens")
 
     with open_cli_store(store_url) as store:
         where = _redacted(store.url)
@@ -66,12 +69,12 @@ def worker_command(
             agent_name=agent_spec,
             poll_interval=poll_interval,
             on_finish=report,
-            on_ready=lambda: click.echo(
+            on_ready=lambda: echo(
                 f"worker: {concurrency} slot(s) on {where} for {agent_spec}; SIGTERM to stop", err=True
             ),
         )
         stats = worker.run(until_idle=until_idle, max_runs=max_runs)
-    click.echo(
+    echo(
         f"worker: {stats.finished} finished, {stats.interrupted} interrupted, {stats.lost} taken over, "
         f"{stats.errors} failed and left for retry"
         + (f", {stats.data_lost} LOST BY THE STORE (not started over; see the log)" if stats.data_lost else ""),

@@ -23,7 +23,16 @@ from ..errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, LeaseHe
 from ..state import SaveInfo, check_run_id
 from ..stores import Store, open_store
 from ._app import friendly_errors, main, store_option
-from ._render import history_table, make_console, migration_table, print_queued, print_run, runs_table
+from ._render import (
+    echo,
+    history_table,
+    make_console,
+    migration_table,
+    print_queued,
+    print_run,
+    runs_table,
+)
+from ._safe import json_for_terminal
 
 
 @main.command("runs")
@@ -40,23 +49,21 @@ from ._render import history_table, make_console, migration_table, print_queued,
 def runs_command(limit: int, show_all: bool, store_url: str) -> None:
     """List the runs in the store, most recently updated first; queued runs last.
 
-    Lists the 50 most recently updated runs by default (--limit N, or --all for every one,
-    a page of 500 at a time). Cost: one page read (store.summaries_page): about N rows on
-    PostgreSQL and Redis (an index by update time); on SQLite, file, S3 and memory stores a
-    scan of every run's summary keeping the newest N (docs/stores.md). Queued runs are read whole."""
+    Lists the 50 most recently updated runs and the 50 oldest queued ones by default (--limit
+    N, or --all for every one, a page of 500 at a time). Cost: one page read (store.summaries_page):
+    about N rows on PostgreSQL and Redis (an index by update time); on SQLite, file, S3 and
+    memory stores a scan of every run's summary keeping the newest N (docs/stores.md); queued
+    runs a page of N (store.unstarted_page; indexed on SQLite and PostgreSQL)."""
     console = make_console()
     title = f"runs in {escape(store_url)}"
     with ops.open_existing_store(store_url) as store:
         if show_all:
-            listed, queued = 0, []
-            for page in ops.iter_runs(store):
-                if page.runs:
-                    console.print(runs_table(page.runs, title=title if not listed else None))
-                listed += len(page.runs)
-                queued += page.queued
-            if queued:  # last, as on one page
-                console.print(runs_table(queued, title=None if listed else title))
-            if not listed and not queued:
+            listed = 0
+            for page in ops.iter_runs(store):  # queued runs come last, a page at a time too
+                if page.rows:
+                    console.print(runs_table(page.rows, title=title if not listed else None))
+                listed += len(page.rows)
+            if not listed:
                 console.print(f"no runs in {escape(store_url)}")
             return
         page = ops.runs_page(store, limit=limit)
@@ -66,6 +73,8 @@ def runs_command(limit: int, show_all: bool, store_url: str) -> None:
     console.print(runs_table(page.rows, title=title))
     if page.next is not None:
         console.print(f"the {len(page.runs)} most recently updated runs; more: --limit N or --all")
+    if page.queued_next is not None:
+        console.print(f"the {len(page.queued)} oldest queued runs; more: --limit N or --all")
 
 
 @main.command("show")
@@ -230,14 +239,14 @@ def export_command(run_id: str, out_path: Path | None, store_url: str) -> None:
     it goes to a temporary file renamed at the end, so FILE is never left half written."""
     with ops.open_existing_store(store_url) as store:
         if out_path is None:
-            damaged = ops.export_run_to(store, run_id, sys.stdout.write)
+            damaged = ops.export_run_to(store, run_id, lambda text: sys.stdout.write(json_for_terminal(text)))
             sys.stdout.write("\n")
             sys.stdout.flush()
             written = None
         else:
             damaged, written = _export_to_file(store, run_id, out_path)
     if damaged:
-        click.echo(f"warning: {damaged}; exported the last intact save point", err=True)
+        echo(f"warning: {damaged}; exported the last intact save point", err=True)
     if written is not None:
         click.echo(f"wrote {out_path} ({written:,} bytes)", err=True)
 

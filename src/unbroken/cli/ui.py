@@ -9,6 +9,7 @@ import click
 from ..errors import ConfigError
 from ..ops import open_existing_store
 from ._app import friendly_errors, main, store_option
+from ._render import echo
 
 
 @main.command("ui")
@@ -25,10 +26,25 @@ from ._app import friendly_errors, main, store_option
     is_flag=True,
     help="Allow resolve, approve, deny, fork and export from the page (a per-start token guards them).",
 )
+@click.option(
+    "--allow-host",
+    "allowed_hosts",
+    multiple=True,
+    help="A Host name the server answers to besides its address and localhost (a DNS name, a proxy's). Repeatable.",
+)
+@click.option(
+    "--token",
+    envvar="UNBROKEN_UI_TOKEN",
+    default=None,
+    help="The access token (or $UNBROKEN_UI_TOKEN; default: a new random one, printed once in the URL).",
+)
 @friendly_errors
-def ui_command(store_url: str, port: int, host: str, enable_actions: bool) -> None:
+def ui_command(
+    store_url: str, port: int, host: str, enable_actions: bool, allowed_hosts: tuple[str, ...], token: str | None
+) -> None:
     """Inspect runs in a browser: the runs list, each run's save points, crashes, conversation
-    and effect ledger, live. Read-only unless started with --enable-actions."""
+    and effect ledger, live. Read-only unless started with --enable-actions. On an address other
+    than loopback every read needs the token, and only the names it is told answer."""
     try:
         from ..ui.server import serve
     except ModuleNotFoundError as exc:
@@ -37,8 +53,16 @@ def ui_command(store_url: str, port: int, host: str, enable_actions: bool) -> No
         ) from exc
 
     def announce(line: str) -> None:
-        click.echo(line)
+        echo(line)
         sys.stdout.flush()
 
     with open_existing_store(store_url) as store:
-        serve(store, host=host, port=port, actions=enable_actions, announce=announce)
+        serve(
+            store,
+            host=host,
+            port=port,
+            actions=enable_actions,
+            announce=announce,
+            token=token,
+            allowed_hosts=allowed_hosts,
+        )

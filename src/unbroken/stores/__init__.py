@@ -37,6 +37,21 @@ def _whole_number(options: dict[str, str], name: str, url: str) -> int:
     return int(text)
 
 
+def _file_mode(options: dict[str, str], url: str) -> int:
+    """``?mode=0640``: the permissions of the files a local store creates (default 0600)."""
+    text = options.get("mode", "0600")
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        mode = -1
+    if not 0o600 <= mode <= 0o666 or mode & 0o111:
+        raise InvalidStoreURL(
+            f"store URL {url!r}: mode must be octal file permissions that let the owner read and write "
+            f"(e.g. 0600, the default, or 0640 to let the group read), not {text!r}"
+        )
+    return mode
+
+
 def open_store(url: str | None = None) -> Store:
     """Open the store named by ``url`` (default: ``$UNBROKEN_STORE``, else ``sqlite:///unbroken.db``).
 
@@ -60,9 +75,10 @@ def open_store(url: str | None = None) -> Store:
         if not path:
             raise InvalidStoreURL(f"store URL {url!r} has no file path; {_HELP}")
         numbers = ("keep_recent", "pack_batch", "sealed_read_from")
-        options = _options(parts.query, {"durability", *numbers}, url)
+        options = _options(parts.query, {"durability", "mode", *numbers}, url)
         packing = {name: _whole_number(options, name, url) for name in numbers if name in options}
-        return SQLiteStore(path, durability=options.get("durability", "full"), url=url, **packing)
+        mode = _file_mode(options, url)
+        return SQLiteStore(path, durability=options.get("durability", "full"), url=url, mode=mode, **packing)
     if scheme == "file":
         from .files import FileStore
 
@@ -70,8 +86,7 @@ def open_store(url: str | None = None) -> Store:
             raise InvalidStoreURL(f"store URL {url!r} names a host; {_HELP}")
         if not parts.path or parts.path == "/":
             raise InvalidStoreURL(f"store URL {url!r} has no directory; {_HELP}")
-        _options(parts.query, set(), url)
-        return FileStore(parts.path, url=url)
+        return FileStore(parts.path, url=url, mode=_file_mode(_options(parts.query, {"mode"}, url), url))
     if scheme == "memory":
         from .memory import InMemoryStore
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -53,8 +53,34 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def make_dirs(path: Path) -> None:
-    """Create ``path`` and missing parents, fsyncing each parent so the new entries survive."""
+# Runs hold what users typed and what tools returned: files a store creates are its owner's
+# alone unless the store URL asks otherwise (``?mode=0640``). Directories get the matching
+# execute bits (0600 -> 0700, 0640 -> 0750).
+PRIVATE_FILE_MODE = 0o600
+
+
+def directory_mode(file_mode: int) -> int:
+    """The directory mode that goes with ``file_mode``: execute wherever read is allowed."""
+    return file_mode | ((file_mode & 0o444) >> 2)
+
+
+def create_file(path: Path | str, file_mode: int = PRIVATE_FILE_MODE) -> int:
+    """Create ``path`` (it must not exist) for writing with ``file_mode``; returns the descriptor."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode)
+
+
+def opener(file_mode: int) -> Callable[[str, int], int]:
+    """An ``opener`` for ``open(path, "xb", opener=...)`` that creates files with ``file_mode``."""
+
+    def open_with_mode(path: str, flags: int) -> int:
+        return os.open(path, flags, file_mode)
+
+    return open_with_mode
+
+
+def make_dirs(path: Path, mode: int = 0o700) -> None:
+    """Create ``path`` and missing parents (with ``mode``), fsyncing each parent so the new
+    entries survive."""
     missing: list[Path] = []
     current = path
     while not current.is_dir():
@@ -64,7 +90,7 @@ def make_dirs(path: Path) -> None:
         current = current.parent
     for directory in reversed(missing):
         try:
-            os.mkdir(directory)
+            os.mkdir(directory, mode)
         except FileExistsError:
             if not directory.is_dir():
                 raise NotADirectoryError(errno.ENOTDIR, "a regular file is in the way", str(directory)) from None

@@ -247,5 +247,54 @@ class Backend(ABC):
         """Every queued submission, oldest first. Only for backends declaring ``claim``."""
         raise NotImplementedError
 
+    def submission(self, run_id: str) -> Submission | None:
+        """The submission of ``run_id``, or None. Default: scans ``list_submissions``; a SQL
+        store reads one row."""
+        return next((item for item in self.list_submissions() if item.run_id == run_id), None)
+
+    def claimable_page(
+        self, agent: str | None, blocked: frozenset[str], after: tuple[float, str] | None, limit: int
+    ) -> list[Submission]:
+        """Up to ``limit`` submissions (for ``agent``, or any when None) whose run's phase is not
+        in ``blocked``, oldest first, strictly after the cursor ``after``; leases are checked
+        above. Bounded on SQLite (one query on the queue's index). Default: reads the whole queue
+        and every run's summary."""
+        phases = {summary.run_id: summary.phase for summary in self.list_summaries()}
+        page: list[Submission] = []
+        for item in self.list_submissions():
+            if after is not None and (item.submitted_at, item.run_id) <= after:
+                continue
+            if (agent is None or item.agent == agent) and phases.get(item.run_id) not in blocked:
+                page.append(item)
+                if len(page) >= limit:
+                    break
+        return page
+
+    def phase_of(self, run_id: str) -> str | None:
+        """The phase of the run's last save (None: none yet). Default: scans ``list_summaries``."""
+        return next((summary.phase for summary in self.list_summaries() if summary.run_id == run_id), None)
+
+    def unstarted_page(self, after: tuple[float, str] | None, limit: int) -> list[Submission]:
+        """Up to ``limit`` submissions whose run has no save point yet, oldest first by
+        (submitted_at, run_id), strictly after the cursor ``after``. Bounded on SQLite and
+        PostgreSQL (one indexed query, about ``limit`` rows). Default: reads the whole queue
+        and each run's head until the page is full."""
+        page: list[Submission] = []
+        for item in self.list_submissions():
+            if after is not None and (item.submitted_at, item.run_id) <= after:
+                continue
+            head = self.read_head(item.run_id)
+            if head is None or head.seq == 0:
+                page.append(item)
+                if len(page) >= limit:
+                    break
+        return page
+
+    def scrub(self) -> str:
+        """After deletes that must not be recoverable (``erase``): make the deleted bytes
+        unreadable where the backend can, and say what was done ("" when it can do nothing
+        beyond the delete itself). Default: nothing."""
+        return ""
+
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
         """Release connections and files. The store cannot be used afterwards."""

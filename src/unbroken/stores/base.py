@@ -35,6 +35,7 @@ from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunState, RunSummary, S
 from .backend import CAPABILITIES, Backend, Refused, RunHead, SealedEntry, Submission, entry_checksum, seal
 
 UNCLAIMABLE_PHASES = TERMINAL_PHASES | {"paused", "awaiting_approval"}
+CLAIM_PAGE = 64  # submissions a claim reads at a time
 """Phases a worker never claims: finished, or waiting for a person to act first."""
 _CAS_ATTEMPTS = 50  # a head only moves when someone saves or leases; 50 misses in a row is a fault
 
@@ -182,13 +183,11 @@ class Store(Backend):
                 f"changed. Restore the store from a backup, or delete the run",
                 last_good_seq=0,
             )
-        if "claim" in self.capabilities:
-            queued = next((item for item in self.list_submissions() if item.run_id == run_id), None)
-            if queued is not None:
-                return RunQueued(
-                    f"run {run_id!r} in {self.url} is queued (submitted, not started yet): a worker will "
-                    f"start it, or `unbroken resume {run_id} --agent ...` starts it now"
-                )
+        if "claim" in self.capabilities and self.submission(run_id) is not None:
+            return RunQueued(
+                f"run {run_id!r} in {self.url} is queued (submitted, not started yet): a worker will "
+                f"start it, or `unbroken resume {run_id} --agent ...` starts it now"
+            )
         return RunNotFound(f"no run {run_id!r} in {self.url}")
 
     # ------------------------------------------------------------------ loading
@@ -432,26 +431,27 @@ class Store(Backend):
         callers never claim the same run (the head's compare-and-set decides)."""
         if "claim" not in self.capabilities:
             raise self._unsupported("hand runs to workers")
-        blocked = UNCLAIMABLE_PHASES
-        phases = {s.run_id: s.phase for s in self.list_summaries()}
+        blocked = frozenset(UNCLAIMABLE_PHASES)
         picked: list[tuple[Submission, RunHead | None, float]] = []
-        for queued in self.list_submissions():
-            if len(picked) >= limit:
+        after: tuple[float, str] | None = None
+        while len(picked) < limit:  # a page of the queue at a time: a long queue is not read whole
+            page = self.claimable_page(agent, blocked, after, CLAIM_PAGE)
+            for queued in page:
+                head = self.read_head(queued.run_id)
+                now = self.store_time()
+                current = head or RunHead()
+                if current.owner is None or current.expires_at <= now:
+                    picked.append((queued, head, now))
+                    if len(picked) >= limit:
+                        break
+            if len(page) < CLAIM_PAGE:
                 break
-            if (agent is not None and queued.agent != agent) or phases.get(queued.run_id) in blocked:
-                continue
-            head = self.read_head(queued.run_id)
-            now = self.store_time()
-            current = head or RunHead()
-            if current.owner is None or current.expires_at <= now:
-                picked.append((queued, head, now))
-        if picked:
-            # The phases again, read after every head: a run that finished before its head was
-            # read shows it here; one that finished after moved its head, so its swap fails.
-            phases = {s.run_id: s.phase for s in self.list_summaries()}
+            after = (page[-1].submitted_at, page[-1].run_id)
         claimed: list[ClaimedRun] = []
         for queued, head, now in picked:
-            if phases.get(queued.run_id) in blocked:
+            # The phase again, read after the head: a run that finished before its head was
+            # read shows it here; one that finished after moved its head, so its swap fails.
+            if self.phase_of(queued.run_id) in blocked:
                 continue
             current = head or RunHead()
             new = RunHead(current.seq, current.fence + 1, owner, now + ttl)

@@ -54,7 +54,17 @@ from .. import clock, crashpoints
 from ..codec import EncodedSave
 from ..errors import IncompatibleSchema, InvalidRunId, StoreUnavailable
 from ..state import RunSummary, check_run_id
-from ._durable import fsync_dir, make_dirs, remove_tree, translating, unavailable
+from ._durable import (
+    PRIVATE_FILE_MODE,
+    create_file,
+    directory_mode,
+    fsync_dir,
+    make_dirs,
+    opener,
+    remove_tree,
+    translating,
+    unavailable,
+)
 from ._file_format import (
     HEADER_CAP,
     MARKER,
@@ -94,7 +104,10 @@ class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
 
     capabilities = frozenset({"leases", "ledger", "multi_process"})
 
-    def __init__(self, path: str | os.PathLike[str], *, url: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, url: str | None = None, mode: int = PRIVATE_FILE_MODE) -> None:
+        """``mode``: the permissions of every file the store creates (directories get the
+        matching execute bits); owner-only by default."""
+        self.file_mode, self.dir_mode, self._opener = mode, directory_mode(mode), opener(mode)
         self.root = Path(path).absolute()
         self.url = url or f"file://{self.root}"
         self._runs = self.root / "runs"
@@ -109,9 +122,9 @@ class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
     def _open(self) -> None:
         if self.root.exists() and not self.root.is_dir():
             raise StoreUnavailable(f"file store: {self.root} is a file, not a directory; pick a directory path")
-        make_dirs(self.root)
-        make_dirs(self._runs)
-        make_dirs(self._trash)
+        make_dirs(self.root, self.dir_mode)
+        make_dirs(self._runs, self.dir_mode)
+        make_dirs(self._trash, self.dir_mode)
         marker = self.root / MARKER
         try:
             found = json.loads(marker.read_bytes())
@@ -161,7 +174,7 @@ class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
         temp = directory / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         renamed = False
         try:
-            with open(temp, "xb") as handle:
+            with open(temp, "xb", opener=self._opener) as handle:
                 handle.write(data)
                 handle.flush()
                 crashpoints.hit("file.after_temp_write")
@@ -192,10 +205,10 @@ class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
         """Create the run's directory complete (records/, effects/, .lock) or not at all."""
         staged = self._runs / f".new-{secrets.token_hex(8)}-{run_id}"
         try:
-            os.mkdir(staged)
-            os.mkdir(staged / "records")
-            os.mkdir(staged / "effects")
-            os.close(os.open(staged / ".lock", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            os.mkdir(staged, self.dir_mode)
+            os.mkdir(staged / "records", self.dir_mode)
+            os.mkdir(staged / "effects", self.dir_mode)
+            os.close(create_file(staged / ".lock", self.file_mode))
             fsync_dir(staged)
             try:
                 os.rename(staged, self._runs / run_id)
@@ -222,8 +235,8 @@ class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
                 if run_dir.is_dir():
                     # Made by hand: complete it in place (a missing records/ is left to _settle,
                     # which knows about records.new and records.old).
-                    make_dirs(run_dir / "effects")
-                    os.close(os.open(lock_path, os.O_WRONLY | os.O_CREAT, 0o644))
+                    make_dirs(run_dir / "effects", self.dir_mode)
+                    os.close(os.open(lock_path, os.O_WRONLY | os.O_CREAT, self.file_mode))
                     fsync_dir(run_dir)
                 else:
                     self._create_run_dir(run_id)
@@ -303,7 +316,7 @@ class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
             elif old.is_dir():
                 os.rename(old, records)
             else:
-                os.mkdir(records)
+                os.mkdir(records, self.dir_mode)
             fsync_dir(run_dir)
         for leftover in (new, old):
             if leftover.exists():
@@ -334,7 +347,7 @@ class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
     def _move_head(self, records: Path, marker: str | None, seq: int) -> None:
         """Point the head marker at ``seq`` and make the directory durable (the new record too)."""
         if marker is None:
-            os.close(os.open(records / head_name(seq), os.O_WRONLY | os.O_CREAT, 0o644))
+            os.close(os.open(records / head_name(seq), os.O_WRONLY | os.O_CREAT, self.file_mode))
         else:
             os.rename(records / marker, records / head_name(seq))
         fsync_dir(records)
@@ -438,13 +451,13 @@ class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
         records, new, old = run_dir / "records", run_dir / "records.new", run_dir / "records.old"
         swapped = False
         try:
-            os.mkdir(new)
+            os.mkdir(new, self.dir_mode)
             for save in saves:
-                with open(new / record_name(save.seq), "xb") as handle:
+                with open(new / record_name(save.seq), "xb", opener=self._opener) as handle:
                     handle.write(record_bytes(save))
                     handle.flush()
                     os.fsync(handle.fileno())
-            os.close(os.open(new / head_name(saves[-1].seq), os.O_WRONLY | os.O_CREAT, 0o644))
+            os.close(os.open(new / head_name(saves[-1].seq), os.O_WRONLY | os.O_CREAT, self.file_mode))
             fsync_dir(new)
             fsync_dir(run_dir)
             crashpoints.hit("file.before_rename")

@@ -586,6 +586,19 @@ class PostgresStore(Store):
         rows = self._run(lambda conn, _: conn.execute(Q["list_submissions"]).fetchall())
         return [Submission(*row) for row in rows]
 
+    def submission(self, run_id: str) -> Submission | None:
+        row = self._run(lambda conn, _: conn.execute(Q["submission"], {"run_id": run_id}).fetchone())
+        return Submission(*row) if row is not None else None
+
+    def unstarted_page(self, after: tuple[float, str] | None, limit: int) -> list[Submission]:
+        params = {
+            "after_at": None if after is None else after[0],
+            "after_id": None if after is None else after[1],
+            "limit": max(int(limit), 0),
+        }
+        rows = self._run(lambda conn, _: conn.execute(Q["unstarted_page"], params).fetchall())
+        return [Submission(*row) for row in rows]
+
     def _check_server(self, conn: Conn) -> Durability:
         """What the server gives now (``fsync``, ``synchronous_commit``); ``InsufficientDurability``
         if less than the URL asks. One round trip."""

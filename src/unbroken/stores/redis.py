@@ -481,6 +481,10 @@ class RedisStore(Store):
         queued = [_parse_submission(_text(run_id), _raw(value)) for run_id, value in rows.items()]
         return sorted(queued, key=lambda s: (s.submitted_at, s.run_id))
 
+    def submission(self, run_id: str) -> Submission | None:
+        value = self._call(lambda _: self._client.hget(self._key("subs"), run_id))
+        return _parse_submission(run_id, _raw(value)) if value is not None else None
+
 
 def _run_script(script: Any, keys: list[str], args: list[str], _: bool) -> Any:
     return script(keys=keys, args=args)

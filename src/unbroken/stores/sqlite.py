@@ -35,13 +35,14 @@ from ..codec import EncodedSave, Segment, StoredRecord, dumps
 from ..errors import CorruptCheckpoint, IncompatibleSchema, StoreUnavailable
 from ..state import RunSummary
 from . import _sqlite_segments as _segments
+from ._durable import PRIVATE_FILE_MODE, create_file
 from ._rows import ledger_from_row, ledger_to_row
 from .backend import Refused, RunHead, SealedEntry, Submission
 from .base import Store
 
-STORE_SCHEMA = 5
-"""5: ledger keyed by (run_id, key); 4: unbroken_segments (older records packed); 3: the unbroken_append
-view; 2: ledger checksums."""
+STORE_SCHEMA = 6
+"""6: unbroken_queue_order (queued runs read a page at a time); 5: ledger keyed by (run_id, key);
+4: unbroken_segments (older records packed); 3: the unbroken_append view; 2: ledger checksums."""
 BUSY_TIMEOUT_MS = 10_000
 PAGE_SIZE = 4096
 # Page size of NEW store files (an existing file keeps its own). Measured 2026-11-30 (10,000
@@ -71,8 +72,11 @@ class SQLiteStore(Store):
         keep_recent: int = KEEP_RECENT,
         pack_batch: int = PACK_BATCH,
         sealed_read_from: int | None = None,
+        mode: int = PRIVATE_FILE_MODE,
     ) -> None:
-        """``keep_recent``: the most recent saves of a run kept one row each; older ones are
+        """``mode``: the permissions a new database file is created with (owner-only by default;
+        SQLite gives its -wal and -shm files the database file's).
+        ``keep_recent``: the most recent saves of a run kept one row each; older ones are
         packed ``pack_batch`` to a segment row (a resume reads a few rows, not one per save).
         ``sealed_read_from``: see ``Store.sealed_read_from`` (tests set 0 to read every segment sealed)."""
         if durability not in DURABILITY:
@@ -96,6 +100,7 @@ class SQLiteStore(Store):
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = os.getpid()
+        self.file_mode = mode
         self._connect()
 
     # ------------------------------------------------------------------ plumbing
@@ -111,12 +116,22 @@ class SQLiteStore(Store):
                 f"cannot open SQLite store {self.path}: directory {parent} is not writable "
                 "(SQLite needs to create its -wal and -shm files there); pick a writable path"
             )
+        try:  # created here, not by SQLite, so that it never exists with the umask's wider mode
+            if str(self.path) != ":memory:":
+                os.close(create_file(self.path, self.file_mode))
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create SQLite store {self.path}: {exc}") from exc
         try:
             conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
             )
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             conn.execute(f"PRAGMA synchronous={DURABILITY[self.sync_level]}")
+            # Deleted rows are overwritten with zeros, not left in free space: an erased run (and
+            # the rows packing moves into segments) cannot be read back from the file.
+            conn.execute("PRAGMA secure_delete=ON")
             version = self._schema_version(conn)
             if version < STORE_SCHEMA:
                 version = self._create_schema(conn, version)
@@ -463,6 +478,14 @@ class SQLiteStore(Store):
         )
         return [RunSummary(*row) for row in rows]
 
+    def scrub(self) -> str:
+        # secure_delete (set at connect) zeroed the deleted rows in the pages; the WAL still holds
+        # the older page images: checkpoint them into the file and truncate it to nothing.
+        busy, _, _ = self._read("PRAGMA wal_checkpoint(TRUNCATE)")[0]
+        if busy:
+            return "deleted content zeroed (secure_delete); the WAL could not be truncated now (a reader holds it)"
+        return "deleted content zeroed (secure_delete), WAL checkpointed and truncated"
+
     def remove_run(self, run_id: str) -> None:
         with self._write() as conn:
             for table in (
@@ -552,6 +575,45 @@ class SQLiteStore(Store):
 
     def list_submissions(self) -> list[Submission]:
         rows = self._read("SELECT run_id, task, agent, submitted_at FROM unbroken_queue ORDER BY submitted_at, run_id")
+        return [Submission(*row) for row in rows]
+
+    def submission(self, run_id: str) -> Submission | None:
+        rows = self._read("SELECT run_id, task, agent, submitted_at FROM unbroken_queue WHERE run_id=?", (run_id,))
+        return Submission(*rows[0]) if rows else None
+
+    def claimable_page(
+        self, agent: str | None, blocked: frozenset[str], after: tuple[float, str] | None, limit: int
+    ) -> list[Submission]:
+        # the queue in index order (unbroken_queue_order), each run's phase by its primary key
+        marks = ", ".join("?" for _ in blocked)
+        where, params = "", list[Any](sorted(blocked))
+        if agent is not None:
+            where += " AND q.agent = ?"
+            params.append(agent)
+        if after is not None:
+            where += " AND (q.submitted_at, q.run_id) > (?, ?)"
+            params += [after[0], after[1]]
+        rows = self._read(
+            "SELECT q.run_id, q.task, q.agent, q.submitted_at FROM unbroken_queue q "
+            "LEFT JOIN unbroken_runs r ON r.run_id = q.run_id "
+            f"WHERE (r.phase IS NULL OR r.phase NOT IN ({marks})){where} ORDER BY q.submitted_at, q.run_id LIMIT ?",
+            (*params, max(limit, 0)),
+        )
+        return [Submission(*row) for row in rows]
+
+    def phase_of(self, run_id: str) -> str | None:
+        rows = self._read("SELECT phase FROM unbroken_runs WHERE run_id=? AND head_seq > 0", (run_id,))
+        return rows[0][0] if rows else None
+
+    def unstarted_page(self, after: tuple[float, str] | None, limit: int) -> list[Submission]:
+        # on the index unbroken_queue_order (schema 5): about ``limit`` rows, not the whole queue
+        where, params = ("", ()) if after is None else ("AND (q.submitted_at, q.run_id) > (?, ?) ", after)
+        rows = self._read(
+            "SELECT q.run_id, q.task, q.agent, q.submitted_at FROM unbroken_queue q "
+            "WHERE NOT EXISTS (SELECT 1 FROM unbroken_runs r WHERE r.run_id = q.run_id AND r.head_seq > 0) "
+            f"{where}ORDER BY q.submitted_at, q.run_id LIMIT ?",
+            (*params, max(limit, 0)),
+        )
         return [Submission(*row) for row in rows]
 
 

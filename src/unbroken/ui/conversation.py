@@ -14,6 +14,37 @@ from typing import Any
 
 Part = dict[str, Any]
 
+# What one part may send to the page (characters): a 50 MB tool result must not freeze the
+# browser or the server. A longer part carries the first PART_CAP characters and ``more``
+# (how many were left out); the page's "show all" streams it whole from ``/api/.../parts/N``.
+PART_CAP = 64 * 1024
+
+
+def _shown(arguments: Any) -> str:
+    return json.dumps(arguments, ensure_ascii=False, indent=2, default=str)
+
+
+def capped(part: Part, cap: int = PART_CAP) -> Part:
+    """``part`` with its text (or a tool call's arguments, as JSON) cut to ``cap`` characters."""
+    if part["kind"] == "tool_call" and not isinstance(part["arguments"], str):
+        shown = _shown(part["arguments"])
+        if len(shown) <= cap:
+            return part
+        return {**part, "arguments": shown[:cap], "more": len(shown) - cap}
+    field = "arguments" if part["kind"] == "tool_call" else "text"
+    text = part.get(field)
+    if isinstance(text, str) and len(text) > cap:
+        return {**part, field: text[:cap], "more": len(text) - cap}
+    return part
+
+
+def full_text(part: Part) -> str:
+    """All of a part's text, as ``capped`` cut it (tool call arguments as indented JSON)."""
+    if part["kind"] == "tool_call":
+        arguments = part["arguments"]
+        return arguments if isinstance(arguments, str) else _shown(arguments)
+    return str(part.get("text", ""))
+
 
 def _text(value: Any) -> str:
     if isinstance(value, str):
@@ -137,8 +168,16 @@ def _responses(item: Mapping[str, Any]) -> tuple[str, list[Part]]:
     return "other", [{"kind": "other", "text": _text(item)}]
 
 
-def render_message(provider: str, index: int, message: Any) -> dict[str, Any]:
-    """One stored message as ``{"index", "role", "parts"}`` (see the module docstring)."""
+def render_message(provider: str, index: int, message: Any, *, cap: int | None = PART_CAP) -> dict[str, Any]:
+    """One stored message as ``{"index", "role", "parts"}`` (see the module docstring), each
+    part cut to ``cap`` characters (None: whole)."""
+    item = _render(provider, index, message)
+    if cap is not None:
+        item["parts"] = [capped(part, cap) for part in item["parts"]]
+    return item
+
+
+def _render(provider: str, index: int, message: Any) -> dict[str, Any]:
     if message is None:  # outside a loaded window: should not happen for a full decode
         return {"index": index, "role": "unknown", "parts": [{"kind": "other", "text": "(not loaded)"}]}
     if not isinstance(message, Mapping):

@@ -10,7 +10,12 @@ functions as the command line and are refused unless all of these hold:
   a CORS preflight, which this server never answers);
 * ``Sec-Fetch-Site``, when sent, is ``same-origin``, and ``Origin``, when sent, is this server.
 
-Every request's ``Host`` must be one this server answers to (a DNS-rebinding page cannot read it).
+Every request's ``Host`` must be one this server answers to (a DNS-rebinding page cannot read it):
+the names it was bound to, the loopback names, and those given with ``--allow-host``.
+
+Reads are open on a loopback address. Bound to any other address (``--host 0.0.0.0``) every
+read under ``/api/`` needs the token too (header ``X-Unbroken-Token``, or ``?token=`` for the
+live event stream, which a browser cannot give headers), so a page on the network sees nothing.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ import hmac
 import json
 import queue
 import secrets
+import socket
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import asdict
 from importlib import resources
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -45,7 +52,8 @@ from ..errors import (
 )
 from ..state import check_run_id
 from ..stores.base import Store
-from .views import RunDetails, RunIndex, ledger_before, messages_before, run_page, timeline_before
+from .conversation import PART_CAP
+from .views import RunDetails, RunIndex, ledger_before, messages_before, part_text, run_page, timeline_before
 
 TOKEN_HEADER = "x-unbroken-token"
 _SECURITY_HEADERS = {
@@ -76,6 +84,32 @@ class HostCheck:
                 )
                 return
         await self.app(scope, receive, send)
+
+
+class ReadTokenCheck:
+    """Refuse every ``/api/`` request that does not carry ``token`` (header or ``?token=``)."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app, self.token = app, token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        api = scope["type"] == "http" and str(scope.get("path", "")).startswith("/api/")
+        if api and not read_token_matches(scope, self.token):
+            why = "this inspector needs its token for reads: open the URL `unbroken ui` printed (#token=...)"
+            await JSONResponse({"error": why}, 401, headers=_SECURITY_HEADERS)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def read_token_matches(scope: Scope, token: bytes) -> bool:
+    """Whether a request carries ``token`` in its header or its ``token`` query parameter."""
+    given = dict(scope["headers"]).get(TOKEN_HEADER.encode(), b"")
+    if not given:
+        for pair in bytes(scope.get("query_string", b"")).split(b"&"):
+            name, _, value = pair.partition(b"=")
+            if name == b"token":
+                given = unquote_to_bytes(value)
+    return bool(given) and hmac.compare_digest(given, token)
 
 
 def refusal(request: Request, *, enabled: bool, token: str) -> str | None:
@@ -115,9 +149,11 @@ def create_app(
     token: str | None = None,
     hosts: frozenset[str] | None = None,
     poll_interval: float = 0.5,
+    reads_need_token: bool = False,
 ) -> ASGIApp:
     """The inspector over an open ``store``. ``hosts``: the "host:port" values it answers to
-    (None: any). ``token``: the action token (default: a new random one, in ``app.state.token``)."""
+    (None: any). ``token``: the action token (default: a new random one, in ``app.state.token``);
+    ``reads_need_token``: every ``/api/`` read needs it too (a server reachable from the network)."""
     lock = threading.RLock()
     index = RunIndex(store, lock)
     details = RunDetails(store, lock)
@@ -196,6 +232,24 @@ def create_app(
             raise ValueError("at must be a number")
         run_id, key = request.path_params["run_id"], query.get("key") or ""
         return ledger_before(details, run_id, at, key, number(request, "limit"))
+
+    async def whole_part(request: Request) -> Response:
+        """One message part whole, as plain text in chunks (the page's "show all")."""
+        try:
+            run_id = check_run_id(request.path_params["run_id"])
+            index, part = int(request.path_params["index"]), int(request.path_params["part"])
+            text = await run_in_threadpool(part_text, details, run_id, index, part)
+        except UnbrokenError as exc:
+            return reply({"error": str(exc), "type": type(exc).__name__}, _status(exc))
+        except ValueError as exc:
+            return reply({"error": f"bad request: {exc}"}, 400)
+
+        def chunks() -> Iterator[str]:
+            for start in range(0, len(text), PART_CAP):
+                yield text[start : start + PART_CAP]
+
+        headers = {**_SECURITY_HEADERS, "cache-control": "no-store"}
+        return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8", headers=headers)
 
     async def events(request: Request) -> Response:
         run_id = check_run_id(request.path_params["run_id"])
@@ -316,6 +370,7 @@ def create_app(
         Route("/api/runs/{run_id}/timeline", guarded(earlier_saves)),
         Route("/api/runs/{run_id}/ledger", guarded(earlier_effects)),
         Route("/api/runs/{run_id}/events", events),
+        Route("/api/runs/{run_id}/messages/{index:int}/parts/{part:int}", whole_part),
         Route("/api/runs/{run_id}/resolve", action(resolve), methods=["POST"]),
         Route("/api/runs/{run_id}/approve", action(approve), methods=["POST"]),
         Route("/api/runs/{run_id}/deny", action(deny), methods=["POST"]),
@@ -324,7 +379,8 @@ def create_app(
     ]
     app = Starlette(routes=routes)
     app.state.token = token
-    return HostCheck(app, hosts)
+    guarded_app: ASGIApp = ReadTokenCheck(app, token) if reads_need_token else app
+    return HostCheck(guarded_app, hosts)
 
 
 def _exported(store: Store, run_id: str) -> Iterator[str]:
@@ -373,15 +429,21 @@ class _ClientGone(Exception):
     """The export's reader went away: its writer stops."""
 
 
-def answered_hosts(host: str, port: int) -> frozenset[str] | None:
-    """The Host header values a server bound to ``host`` answers to (None: bound to every
-    interface, any name may reach it)."""
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def answered_hosts(host: str, port: int, allowed: Iterable[str] = ()) -> frozenset[str]:
+    """The Host header values a server bound to ``host`` answers to: that address, the loopback
+    names, the machine's own name when bound to every interface, and ``allowed`` (names the user
+    gave: a DNS name or a proxy's). Any other name is refused, bound to 0.0.0.0 too, so a page
+    whose DNS name was rebound to this machine is refused."""
+    names = {"127.0.0.1", "localhost", "[::1]", *(name.lower() for name in allowed)}
     if host in ("0.0.0.0", "::", ""):
-        return None
-    names = {host, f"[{host}]"} if ":" in host else {host}
-    if host in ("127.0.0.1", "::1", "localhost"):
-        names |= {"127.0.0.1", "localhost", "[::1]"}
-    return frozenset(f"{name.lower()}:{port}" for name in names)
+        names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    else:
+        names |= {f"[{host}]"} if ":" in host else {host.lower()}
+    with_port = {f"{name}:{port}" for name in names}
+    return frozenset(with_port | names if port == 80 else with_port)
 
 
 def serve(
@@ -391,15 +453,28 @@ def serve(
     port: int = 8765,
     actions: bool = False,
     announce: Callable[[str], None] = print,
+    token: str | None = None,
+    allowed_hosts: Iterable[str] = (),
 ) -> None:
-    """Serve the inspector until interrupted; prints the URL to open (with the action token)."""
+    """Serve the inspector until interrupted; prints the URL to open (with the token when
+    actions are on or the address is not loopback: then every read needs it)."""
     import uvicorn
 
-    token = secrets.token_urlsafe(24)
-    app = create_app(store, actions=actions, token=token, hosts=answered_hosts(host, port))
+    token = token or secrets.token_urlsafe(24)
+    reads_need_token = host not in LOOPBACK
+    app = create_app(
+        store,
+        actions=actions,
+        token=token,
+        hosts=answered_hosts(host, port, allowed_hosts),
+        reads_need_token=reads_need_token,
+    )
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
-    if actions:
+    if reads_need_token:
+        what = "actions enabled" if actions else "read-only"
+        announce(f"unbroken ui: {url}#token={token}  ({what}; reachable from the network: every read needs the token)")
+    elif actions:
         announce(f"unbroken ui: {url}#token={token}  (actions enabled; the token is for this start only)")
     else:
         announce(f"unbroken ui: {url}  (read-only; start with --enable-actions to act on runs)")

@@ -8,7 +8,7 @@ Every page is a bounded read of the store; nothing reads a whole run or every ru
   most per request: it shows what matched among them and hands back a cursor to scan on, so a
   page may hold fewer than ``limit`` rows (even none) while more may match further on. The store's
   run count is not shown (counting is a read of every run). Queued runs (submitted, not started:
-  they have no summary yet) are listed on the first page, read with ``ops.queued_runs``.
+  they have no summary yet) are listed on the first page, the oldest ``limit`` of them (``ops.queued_page``).
 * **One run.** ``RunDetails`` reads the run's tail (``paging.read_tail``: the newest snapshot and
   the saves after it), its last ``TIMELINE_PAGE`` save points (``paging.timeline_page``) and its
   last ``MESSAGES_PAGE`` messages (``paging.messages_page``), once per new save point (keyed by
@@ -31,7 +31,7 @@ from ..errors import RunNotFound
 from ..leases import owner_is_dead
 from ..state import RunState, RunSummary, SaveInfo, check_run_id
 from ..stores.base import Store
-from .conversation import render_message
+from .conversation import full_text, render_message
 
 ATTENTION_PHASES = frozenset({"paused", "awaiting_approval", "failed", "damaged"})
 """Phases in which a run waits for a person or has ended badly: the "needs attention" filter."""
@@ -111,8 +111,8 @@ class RunIndex:
 
         queued: list[Listed] = []
         if after is None and "claim" in self.store.capabilities:
-            with self.lock:  # not started: no summary row yet; few, and read whole (ops.queued_runs)
-                queued.extend(run for run in ops.queued_runs(self.store) if wanted(run))
+            with self.lock:  # not started: no summary row yet; the oldest page of them (ops.queued_page)
+                queued.extend(run for run in ops.queued_page(self.store, limit=limit).runs if wanted(run))
         cursor = decode_cursor(after) if after else None
         filtered = bool(phase or needle or attention)
         picked: list[Listed] = []
@@ -401,6 +401,22 @@ def messages_before(details: RunDetails, run_id: str, before: int, limit: int | 
             details._cache.pop(run_id, None)  # read whole from now on (damage found): the next call says
             return messages_before(_whole_details(details, run_id), run_id, before, limit)
     return {"messages": _rendered(state.provider, page), "start": start}
+
+
+def part_text(details: RunDetails, run_id: str, index: int, part: int) -> str:
+    """All of part ``part`` of message ``index`` (what the page's "show all" asks for)."""
+    detail = details.get(run_id)
+    state = detail.view.state
+    if state is None or not 0 <= index < len(state.messages):
+        raise ValueError(f"run {run_id!r} has no message {index}")
+    message = state.messages[index]
+    if message is None or detail.whole is None:
+        with details.lock:
+            message = paging.messages_page(details.store, run_id, index, index + 1).messages[0]
+    parts = render_message(state.provider, index, message, cap=None)["parts"]
+    if not 0 <= part < len(parts):
+        raise ValueError(f"message {index} of run {run_id!r} has no part {part}")
+    return full_text(parts[part])
 
 
 def timeline_before(details: RunDetails, run_id: str, before_seq: int, limit: int | None) -> dict[str, Any]:

@@ -52,7 +52,7 @@ class JsonKVStore(Store):
     def _put(self, path: Path, value: Any) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.tmp")
-        with open(temporary, "w", encoding="utf-8") as file:
+        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as file:
             json.dump(value, file)
             file.flush()
             os.fsync(file.fileno())

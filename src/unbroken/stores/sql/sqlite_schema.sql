@@ -1,8 +1,9 @@
--- unbroken's SQLite schema, version 5. Applied (in one write transaction) only when a store file is
+-- unbroken's SQLite schema, version 6. Applied (in one write transaction) only when a store file is
 -- new or older: opening an up-to-date file never takes the write lock. Every statement is
--- idempotent (IF NOT EXISTS), so upgrading a version 2, 3 or 4 file runs this same script (version 3
+-- idempotent (IF NOT EXISTS), so upgrading a version 2 to 5 file runs this same script (version 3
 -- added only the unbroken_append view and its trigger, version 4 only unbroken_segments; version 5
--- keys the ledger by (run_id, key): sqlite_ledger_per_run.sql rebuilds an older file's table first).
+-- keys the ledger by (run_id, key): sqlite_ledger_per_run.sql rebuilds an older file's table first;
+-- version 6 only adds the index unbroken_queue_order).
 -- Statements end with ';' at the end of a line; the loader cuts them with sqlite3.complete_statement
 -- (a trigger body holds ';').
 -- One row per run: the cheap summary for listings, plus the lease (owner, fence, expiry).
@@ -76,6 +77,8 @@ CREATE TABLE IF NOT EXISTS unbroken_queue (
     agent        TEXT,
     submitted_at REAL NOT NULL
 );
+-- Version 6: queued runs are listed and claimed a page at a time, oldest first.
+CREATE INDEX IF NOT EXISTS unbroken_queue_order ON unbroken_queue (submitted_at, run_id);
 -- A save in ONE autocommitted statement (what SQLiteStore.write_record does for an existing run
 -- with no ledger entries): INSERT INTO unbroken_append (...) VALUES (...). The trigger moves the
 -- run's head and summary only if the head is at expect_seq and, when fence is not NULL, the
@@ -100,4 +103,4 @@ BEGIN
     VALUES (NEW.run_id, NEW.seq, NEW.label, NEW.snapshot, NEW.body, NEW.checksum);
 END;
 
-INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '5');
+INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '6');

@@ -11,6 +11,11 @@ const TOKEN_KEY = "unbroken-action-token";
   }
 })();
 
+// Bidi embeddings, overrides and isolates would reorder what the page shows ("exe.txt" read
+// backwards): every text from the store is shown with them written out as \u202e and so on.
+const BIDI = /[\u202a-\u202e\u2066-\u2069]/g;
+const visible = (text) => text.replace(BIDI, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs || {})) {
@@ -20,7 +25,7 @@ function el(tag, attrs, ...children) {
   }
   for (const child of children.flat()) {
     if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    node.append(child instanceof Node ? child : document.createTextNode(visible(String(child))));
   }
   return node;
 }
@@ -33,14 +38,20 @@ const phase = (p) => el("span", { class: "phase " + p, "data-phase": p }, p.repl
 
 function toast(text, bad) {
   const box = document.getElementById("toast");
-  box.textContent = text;
+  box.textContent = visible(text);
   box.className = "show" + (bad ? " bad" : "");
   clearTimeout(toast.timer);
   toast.timer = setTimeout(() => { box.className = ""; }, bad ? 9000 : 4000);
 }
 
+// the token, when the page has one: a server reachable from the network needs it for reads too
+function readHeaders() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? { Accept: "application/json", "X-Unbroken-Token": token } : { Accept: "application/json" };
+}
+
 async function getJSON(url) {
-  const response = await fetch(url, { headers: { Accept: "application/json" } });
+  const response = await fetch(url, { headers: readHeaders() });
   const body = await response.json();
   if (!response.ok) throw new Error(body.error || response.statusText);
   return body;
@@ -128,7 +139,8 @@ async function runPage(runId) {
   document.getElementById("where").textContent = runId;
   document.title = runId + " · unbroken";
   await showRun(runId);
-  const source = new EventSource(`/api/runs/${encodeURIComponent(runId)}/events`);
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const source = new EventSource(`/api/runs/${encodeURIComponent(runId)}/events` + (token ? `?token=${encodeURIComponent(token)}` : ""));
   const live = document.getElementById("live");
   let loading = null; // one reload at a time; saves that land meanwhile are picked up by the next one
   let wanted = 0;
@@ -298,11 +310,33 @@ function timeline(run) {
   return [earlier, table];
 }
 
-function part(p) {
+function part(p, runId, index, n) {
+  const node = partNode(p);
+  if (!p.more) return node;
+  // the server sent the first part of a long text; "show all" streams the rest into the same box
+  const target = node.tagName === "PRE" || node.classList.contains("text") ? node : node.querySelector("pre") || node;
+  const button = el("button", { class: "secondary more show-all" }, `show all (${fmtNum(p.more)} more characters)`);
+  button.onclick = async () => {
+    button.disabled = true;
+    const response = await fetch(`/api/runs/${encodeURIComponent(runId)}/messages/${index}/parts/${n}`, { headers: readHeaders() });
+    if (!response.ok) { toast(`could not read the whole text (${response.status})`, true); button.disabled = false; return; }
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    target.textContent = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      target.append(document.createTextNode(visible(value)));
+    }
+    button.remove();
+  };
+  return el("div", { class: "capped" }, node, button);
+}
+
+function partNode(p) {
   if (p.kind === "text") return el("div", { class: "part text" }, p.text);
   if (p.kind === "thinking") return el("details", { class: "part thinking" }, el("summary", {}, "thinking"), el("pre", {}, p.text));
   if (p.kind === "tool_call") return el("div", { class: "part tool_call", "data-call": p.id },
-    el("div", { class: "label" }, "→ tool call ", p.name, " ", el("span", { class: "mono muted" }, p.id)), el("pre", {}, json(p.arguments)));
+    el("div", { class: "label" }, "→ tool call ", p.name, " ", el("span", { class: "mono muted" }, p.id)), el("pre", {}, typeof p.arguments === "string" ? p.arguments : json(p.arguments)));
   if (p.kind === "tool_result") return el("div", { class: "part tool_result" + (p.is_error ? " error" : ""), "data-result": p.id },
     el("div", { class: "label" }, p.is_error ? "← error from " : "← result of ", el("span", { class: "mono" }, p.id)), el("pre", {}, p.text));
   return el("pre", { class: "part other" }, p.text);
@@ -324,7 +358,7 @@ function messageNodes(run, messages) {
     if (message.seq !== undefined) meta.push(`save ${message.seq}`);
     if (message.tokens) meta.push(`${fmtNum(message.tokens)} tokens`);
     nodes.push(el("div", { class: "msg role-" + message.role, "data-index": message.index },
-      el("div", { class: "meta" }, meta.join(" · ")), message.parts.map(part)));
+      el("div", { class: "meta" }, meta.join(" · ")), message.parts.map((p, n) => part(p, run.run_id, message.index, n))));
   }
   if (messages.length && messages[messages.length - 1].index === run.message_count - 1) mark(Infinity);
   return nodes;

@@ -179,6 +179,17 @@ RETURNING run_id
 SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
   FROM unbroken_runs WHERE run_id = %(run_id)s AND submitted_at IS NOT NULL
 
+-- name: unstarted_page
+-- Queued runs not started yet, a page at a time (on the unbroken_runs_runnable index: phase NULL).
+SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
+  FROM unbroken_runs
+ WHERE submitted_at IS NOT NULL AND head_seq = 0
+   AND (phase IS NULL OR phase NOT IN ('awaiting_approval', 'completed', 'failed', 'max_turns', 'paused'))
+   AND (%(after_at)s::double precision IS NULL
+        OR (submitted_at, run_id) > (to_timestamp(%(after_at)s::double precision), %(after_id)s::text))
+ ORDER BY submitted_at, run_id
+ LIMIT %(limit)s
+
 -- name: list_submissions
 SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
   FROM unbroken_runs WHERE submitted_at IS NOT NULL ORDER BY submitted_at, run_id

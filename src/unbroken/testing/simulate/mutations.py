@@ -1,0 +1,125 @@
+"""Switching existing defences off, one at a time, to show the simulator finds the hole each
+one closes (a checker that cannot fail proves nothing).
+
+``MUTATIONS`` maps a name to a context manager that patches the defence out while it is
+entered. The registry also names defences being built elsewhere whose switch point is not known
+here yet (``PENDING``), with the hole the invariants would show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from ... import fencing, session, usage
+from ...model import ProposedCall
+from ...state import ToolCall, idempotency_key
+from ...stores import base
+
+
+@contextmanager
+def _patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
+    original = vars(owner)[name]
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def no_lease_check() -> AbstractContextManager[None]:
+    """``fencing.LeaseGuard.acting`` lets the tool run without checking the lease first."""
+
+    @contextmanager
+    def acting(self: fencing.LeaseGuard, effect: str) -> Iterator[fencing.LeaseGuard]:
+        token = fencing._CURRENT.set(self)
+        try:
+            yield self
+        finally:
+            fencing._CURRENT.reset(token)
+
+    return _patched(fencing.LeaseGuard, "acting", acting)
+
+
+def no_grace() -> AbstractContextManager[None]:
+    """``fencing.LeaseGuard.wait_before_trusting_absence`` trusts "not executed" at once."""
+    return _patched(fencing.LeaseGuard, "wait_before_trusting_absence", lambda self: False)
+
+
+@contextmanager
+def no_write_fencing() -> Iterator[None]:
+    """The store's rules drop the fence from every write (``Store.append``, ``ledger_claim``,
+    ``ledger_put``, ``rewrite``): a zombie's write lands when its expected seq still matches."""
+    patches = []
+    for name in ("append", "ledger_claim", "ledger_put", "rewrite"):
+        original = base.Store.__dict__[name]
+
+        def unfenced(self: base.Store, *args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            kwargs["fence"] = None
+            return _original(self, *args, **kwargs)
+
+        patches.append(_patched(base.Store, name, unfenced))
+    for patch in patches:
+        patch.__enter__()
+    try:
+        yield
+    finally:
+        for patch in reversed(patches):
+            patch.__exit__(None, None, None)
+
+
+def calls_keyed_by_id() -> AbstractContextManager[None]:
+    """``session.RunSession.to_tool_call`` keys a call by the provider's id alone (the old key),
+    so a provider reusing ``call_0`` every turn shares one ledger entry across turns."""
+    original = session.RunSession.to_tool_call
+
+    def to_tool_call(self: session.RunSession, proposed: ProposedCall, position: int) -> ToolCall:
+        call = original(self, proposed, position)
+        call.idempotency_key = idempotency_key(self.run_id, proposed.id)
+        return call
+
+    return _patched(session.RunSession, "to_tool_call", to_tool_call)
+
+
+def naive_usage() -> AbstractContextManager[None]:
+    """``usage.account_turn`` adds whatever the provider reports (as before odd usage was
+    normalised: a negative count saved a run that no load accepts)."""
+
+    def account_turn(
+        tokens_used: int, total: dict[str, Any], tokens: object, turn_usage: object
+    ) -> tuple[int, dict[str, Any]]:
+        merged = dict(total)
+        for key, value in (turn_usage if isinstance(turn_usage, dict) else {}).items():
+            previous = merged.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                merged[key] = (previous if isinstance(previous, (int, float)) else 0) + value
+            else:
+                merged[key] = value
+        return tokens_used + int(tokens), merged  # type: ignore[call-overload]
+
+    return _patched(usage, "account_turn", account_turn)
+
+
+MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
+    "lease_check": no_lease_check,
+    "grace": no_grace,
+    "write_fencing": no_write_fencing,
+    "occurrence_keys": calls_keyed_by_id,
+    "usage_guard": naive_usage,
+}
+"""Each switched-off defence, by name."""
+
+PENDING: dict[str, str] = {
+    # TODO(lead): the write-time check landed (codec.accept_before_save); switching it off shows
+    # nothing here yet: the provider adapters and usage.account_turn already drop every odd usage
+    # value, and nothing else the simulator draws is unloadable. A drawn value that passes JSON
+    # but not acceptance is needed (e.g. business_state from a tool) to give it a row.
+    "write_time_check": "codec.accept_before_save off: an acknowledged save that does not load (`saves_load`)",
+    # TODO(lead): add the switch point when it lands on main.
+    "durability_preconditions": (
+        "side effects run on a store that cannot keep the ledger across the faults it meets; `effects_once` "
+        "fires after the store loses its tail"
+    ),
+}
+"""Defences built on other branches: the hole the invariants detect once they can be switched."""

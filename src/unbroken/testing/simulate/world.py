@@ -1,0 +1,447 @@
+"""The simulated world: processes, virtual time, the shared store, the external services, and
+the scheduler that plays a schedule over them.
+
+One ``random.Random(seed)`` draws the scenario (runs, processes, hosts, the model's script)
+and the schedule; nothing else is random and nothing waits on the machine's clock. Time
+moves only when the schedule advances it, when a process sleeps, or when a store call is
+delayed; whatever falls due meanwhile happens in time order: heartbeats of processes that are
+not frozen, and acts in flight, which reach their service by their deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import random
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ... import crashpoints, leases
+from ...codec import EncodedSave
+from ...errors import UnbrokenError
+from ...runner import Agent
+from ...state import TERMINAL_PHASES
+from ...stores.backend import RunHead
+from ...stores.base import Store
+from .clocks import EPOCH, ProcessClock
+from .lossy import Forgetful
+from .process import Killed, SimProcess
+from .schedule import Action
+from .script import make_model
+from .services import make_services, make_tools
+
+STOPPED = TERMINAL_PHASES | {"paused"}
+MAX_NESTING = 2
+"""How deep delayed store calls may nest (a delay inside what happens during a delay)."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a seed sets up before its schedule: runs, processes on hosts, the model's script."""
+
+    runs: int
+    hosts: tuple[str, ...]
+    script: list[dict[str, Any]]
+    ttl: float = 30.0
+    name: str = "sim"
+    """Prefix of the run ids (``NAME-run-0``...), so that schedules can share one store."""
+    concurrent: tuple[bool, ...] = ()
+    """Per process: drive like ``Agent.arun`` (a turn's tools run concurrently) instead of ``run``."""
+    last_first: bool = False
+    """Concurrent tools finish newest first (else oldest first)."""
+    agent_options: dict[str, Any] = field(default_factory=dict)
+    """Options of the simulated ``Agent`` (unknown-outcome policy, snapshot interval, attempts)."""
+
+
+@dataclass
+class Ack:
+    """A save the store acknowledged to a process."""
+
+    run_id: str
+    seq: int
+    checksum: str
+    process: int
+
+
+@dataclass
+class Journal:
+    """What happened, for the invariants: saves, leases, ends of run calls, misdeeds seen live."""
+
+    acks: list[Ack] = field(default_factory=list)
+    leases: list[tuple[str, int, str, int]] = field(default_factory=list)
+    stale_writes: list[str] = field(default_factory=list)
+    fence_drops: list[str] = field(default_factory=list)
+    losses: list[str] = field(default_factory=list)
+    """Data the store lost (as its durability permits): invariants broken after one are its cost."""
+    rewritten: set[str] = field(default_factory=set)
+    ends: list[str] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+
+
+class World:
+    """Everything one schedule runs in. ``store`` is the real store all processes share."""
+
+    def __init__(self, scenario: Scenario, store: Store, *, agent_options: dict[str, Any] | None = None) -> None:
+        self.scenario = scenario
+        self.store = store
+        self.now = EPOCH
+        self.owners: dict[str, tuple[SimProcess, int]] = {}
+        self.graveyard: list[tuple[contextvars.Context, Generator[str, None, None]]] = []
+        """Killed processes' generators: kept, so that no ``finally`` of theirs runs while the world does."""
+        self.stack: list[SimProcess] = []
+        self.journal = Journal()
+        self.services = make_services()
+        self.run_ids = [f"{scenario.name}-run-{index}" for index in range(scenario.runs)]
+        self.tasks = {run_id: f"simulated task of {run_id}" for run_id in self.run_ids}
+        self.agent = Agent(
+            make_model(scenario.script),
+            make_tools(self),
+            store=store,
+            lease_ttl=scenario.ttl,
+            max_turns=12,
+            **{**scenario.agent_options, **(agent_options or {})},
+        )
+        self.processes = [
+            SimProcess(
+                self,
+                index,
+                host,
+                ProcessClock(self._now, self.sleep, f"boot-{host}"),
+                concurrent=index < len(scenario.concurrent) and scenario.concurrent[index],
+            )
+            for index, host in enumerate(scenario.hosts)
+        ]
+        self._fences: dict[str, int] = {}
+        self._forgetful = store if isinstance(store, Forgetful) else None
+        self._phases: dict[str, tuple[int, str | None]] = {}
+        self._armed: dict[tuple[int, str], tuple[str, float]] = {}
+        self._actions: list[Action] = []
+        self._cursor = 0
+        self._depth = 0
+
+    # ------------------------------------------------------------------ clocks
+
+    def _now(self) -> float:
+        return self.now
+
+    def store_now(self) -> float:
+        """The store service's clock: the one every lease is judged by."""
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        """Move time on by ``seconds``; what falls due meanwhile happens, in time order."""
+        target = self.now + seconds
+        if self._forgetful is not None and int(target) > int(self.now):
+            self._forgetful.sync()  # once a second of virtual time, what was written reaches disk
+        while True:
+            due = self._next_due(target)
+            if due is None:
+                break
+            when, process, what = due
+            self.now = max(self.now, when)
+            if what == "act":
+                # A concurrent tool is a thread: it lands even while its process is busy.
+                self._on(process, functools.partial(process.deliver, nested=process.busy))
+            else:
+                process.next_beat = None
+                self._on(process, process.beat)
+        self.now = max(self.now, target)
+
+    def _next_due(self, target: float) -> tuple[float, SimProcess, str] | None:
+        best: tuple[float, SimProcess, str] | None = None
+        for process in self.processes:
+            if process.dead:
+                continue
+            if process.act_deadline is not None and (not process.busy or process.concurrent):
+                candidate = (process.act_deadline, process, "act")
+                if candidate[0] <= target and (best is None or candidate[0] < best[0]):
+                    best = candidate
+            if process.next_beat is not None and not process.frozen:
+                candidate = (process.next_beat, process, "beat")
+                if candidate[0] <= target and (best is None or candidate[0] < best[0]):
+                    best = candidate
+        return best
+
+    # ------------------------------------------------------------------ running processes
+
+    def current(self) -> SimProcess | None:
+        return self.stack[-1] if self.stack else None
+
+    def current_index(self) -> int:
+        process = self.current()
+        return process.index if process is not None else -1
+
+    def current_run(self) -> str:
+        process = self.current()
+        session = process.session if process is not None else None
+        return session.run_id if session is not None else ""
+
+    def _on(self, process: SimProcess, work: Callable[[], None]) -> None:
+        self.stack.append(process)
+        try:
+            contextlib_context = process.context if not process.busy else None
+            if contextlib_context is None:
+                work()
+            else:
+                process.busy = True
+                try:
+                    contextlib_context.run(work)
+                finally:
+                    process.busy = False
+        finally:
+            self.stack.pop()
+
+    def _run(self, process: SimProcess, *, forced: bool = False) -> None:
+        if process.dead or process.busy or (process.frozen and not forced):
+            return
+        self._on(process, process.step)
+
+    def on_crash_point(self, label: str) -> None:
+        process = self.current()
+        if process is None or process.crash_at is None or process.in_thread:
+            return  # a kill lands on the process's own steps, not inside a tool thread finishing meanwhile
+        prefix, remaining = process.crash_at
+        if label.startswith(prefix):
+            if remaining > 1:
+                process.crash_at = (prefix, remaining - 1)
+                return
+            process.crash_at = None
+            self.journal.trace.append(f"p{process.index} killed at {label}")
+            raise Killed(label)
+
+    def owner_is_dead(self, owner: str) -> bool:
+        """The world's answer to ``leases.owner_is_dead``: provable only on the same host."""
+        known = self.owners.get(owner)
+        asking = self.current()
+        if known is None or asking is None:
+            return False
+        process, incarnation = known
+        if owner in process.ended and process.incarnation == incarnation:
+            return True  # a call of a live process that has ended (leases.mark_ended)
+        if process.host != asking.host:
+            return False
+        return process.dead or process.incarnation != incarnation
+
+    # ------------------------------------------------------------------ faults
+
+    def arm(self, process: int, primitive: str, fault: str, number: float) -> None:
+        self._armed[(process, primitive)] = (fault, number)
+
+    def take_fault(self, process: int, primitive: str) -> tuple[str | None, float]:
+        found = self._armed.pop((process, primitive), None)
+        return found if found is not None else (None, 0.0)
+
+    def meanwhile(self, count: int) -> None:
+        """A delayed call: time passes and the next ``count`` actions happen meanwhile."""
+        self.advance(2.0)
+        if self._depth >= MAX_NESTING:
+            return
+        self._depth += 1
+        try:
+            for _ in range(count):
+                if self._cursor >= len(self._actions):
+                    break
+                action = self._actions[self._cursor]
+                self._cursor += 1
+                self.perform(action)
+        finally:
+            self._depth -= 1
+
+    # ------------------------------------------------------------------ journal
+
+    def head_of(self, run_id: str) -> RunHead | None:
+        return self.store.read_head(run_id) if run_id else None
+
+    def note_lease(self, run_id: str, fence: int, owner: str, process: int) -> None:
+        self.journal.leases.append((run_id, fence, owner, process))
+
+    def note_head(self, run_id: str, head: RunHead, process: int) -> None:
+        """A head swap landed (lease taken, renewed, released): its fence never goes down (A4)."""
+        last = self._fences.get(run_id, 0)
+        if head.fence < last:
+            self.journal.fence_drops.append(f"p{process} set the fence of {run_id} back from {last} to {head.fence}")
+        self._fences[run_id] = max(last, head.fence)
+
+    def note_save(self, save: EncodedSave, process: int) -> None:
+        """A record write applied: by the holder of the run's current fence, or a stale writer."""
+        writer = self.processes[process]
+        head = self.store.read_head(save.run_id)
+        guard = writer.guard
+        if head is not None and (guard is None or guard.fence != head.fence):
+            self.journal.stale_writes.append(
+                f"save {save.seq} ({save.label}) of {save.run_id} written by p{process} with fence "
+                f"{guard.fence if guard else None} while the run's fence is {head.fence} (holder {head.owner})"
+            )
+
+    def note_acknowledged(self, save: EncodedSave, process: int) -> None:
+        self.journal.acks.append(Ack(save.run_id, save.seq, save.checksum, process))
+
+    def note_rewrite(self, run_id: str) -> None:
+        self.journal.rewritten.add(run_id)
+
+    def note_end(self, process: SimProcess, error: Exception | None) -> None:
+        what = "returned" if error is None else f"raised {type(error).__name__}: {error}"
+        self.journal.trace.append(f"p{process.index} run call {what}")
+        self.journal.ends.append(type(error).__name__ if error is not None else "returned")
+
+    def phase(self, run_id: str) -> str | None:
+        """The run's phase as last saved (None: never saved), read from the store as it is (read
+        again only when the run's head has moved)."""
+        head = self.store.read_head(run_id)
+        seq = head.seq if head is not None else 0
+        known = self._phases.get(run_id)
+        if known is not None and known[0] == seq:
+            return known[1]
+        phase: str | None = None
+        if seq > 0 or self.store.records_after(run_id, 0):
+            try:
+                phase = self.store.load(run_id).phase
+            except UnbrokenError:
+                phase = "damaged"
+        self._phases[run_id] = (seq, phase)
+        return phase
+
+    def finished(self, run_id: str) -> bool:
+        return self.phase(run_id) in STOPPED
+
+    def remove_runs(self) -> None:
+        for run_id in self.run_ids:
+            self.store.remove_run(run_id)
+
+    # ------------------------------------------------------------------ the schedule
+
+    def perform(self, action: Action) -> None:
+        """Do one action (nothing when it does not apply now)."""
+        if not 0 <= action.process < len(self.processes):
+            return
+        process = self.processes[action.process]
+        kind = action.kind
+        if kind == "step":
+            for _ in range(max(1, int(action.number))):
+                self._run(process)
+        elif kind in ("lose", "evict"):
+            self._lose(action)
+        elif kind == "advance":
+            self.advance(action.number)
+        elif kind == "freeze":
+            process.frozen = True
+        elif kind == "freeze_at":
+            process.freeze_at = action.detail
+        elif kind == "thaw":
+            process.frozen = False
+        elif kind == "kill" and not process.busy:
+            process.kill()
+        elif kind == "restart":
+            process.restart()
+        elif kind == "crash_at" and not process.dead:
+            process.crash_at = (action.detail, max(1, int(action.number)))
+        elif kind == "fault":
+            primitive, _, fault = action.detail.partition(":")
+            self.arm(action.process, primitive, fault, action.number)
+        elif kind == "clock":
+            process.clock.wall_offset += action.number
+        elif kind == "lose_reply" and action.detail in self.services:
+            self.services[action.detail].lose_next_reply = True
+
+    def _lose(self, action: Action) -> None:
+        """The store service loses what its durability permits (only a ``Forgetful`` store)."""
+        store = self._forgetful
+        if store is None:
+            return
+        if action.kind == "evict":
+            what = store.evict(int(action.number))
+        else:
+            store.restart(everything=action.detail == "everything")
+            what = "everything" if action.detail == "everything" else "the writes of the last second"
+        if what is not None:
+            self._phases.clear()
+            self.journal.losses.append(f"the store lost {what} at {self.now - EPOCH:.1f}s")
+            self.journal.trace.append(self.journal.losses[-1])
+
+    def play(self, actions: list[Action], *, drain_steps: int = 400) -> None:
+        """Play ``actions``, then let every process recover (no more faults) until every run is
+        finished or ``drain_steps`` steps have been taken."""
+        self._actions, self._cursor = actions, 0
+        with self._seams():
+            while self._cursor < len(self._actions):
+                action = self._actions[self._cursor]
+                self._cursor += 1
+                self.perform(action)
+            self._drain(drain_steps)
+
+    def _drain(self, budget: int) -> None:
+        """No more faults: every process is thawed and restarted, and they take turns until
+        every run is finished; then time moves past every deadline (acts still in flight land)
+        and each process still inside a run call moves until that call ends."""
+        self._armed.clear()
+        for service in self.services.values():
+            service.lose_next_reply = False
+        for process in self.processes:
+            process.frozen = False
+            process.crash_at = process.freeze_at = None
+            process.restart()
+        idle_rounds = 0
+        while budget > 0 and not all(self.finished(run_id) for run_id in self.run_ids):
+            moved = False
+            for process in self.processes:
+                before = (process.driver is not None, len(self.journal.acks))
+                self._run(process)
+                budget -= 1
+                moved |= before != (process.driver is not None, len(self.journal.acks))
+            if not moved:
+                idle_rounds += 1
+                self.advance(self.scenario.ttl * 2 + 1)
+                if idle_rounds > 8:
+                    break
+            else:
+                idle_rounds = 0
+        self.advance(self.scenario.ttl * 3)
+        for process in self.processes:
+            for _ in range(50):
+                if process.driver is None:
+                    break
+                self._run(process)
+
+    def close(self) -> None:
+        """Once the world is checked: let go of the generators still open (killed or unfinished)."""
+        for process in self.processes:
+            process.kill()
+        for context, generator in self.graveyard:
+            with contextlib.suppress(BaseException):
+                context.run(generator.close)
+        self.graveyard.clear()
+
+    @contextlib.contextmanager
+    def _seams(self) -> Iterator[None]:
+        """Answer "is that process dead" from this world, and see every crash point reached."""
+        real = leases.owner_is_dead
+        leases.owner_is_dead = self.owner_is_dead
+        crashpoints.observe(self.on_crash_point)
+        try:
+            yield
+        finally:
+            crashpoints.observe(None)
+            leases.owner_is_dead = real
+
+
+def draw_scenario(
+    rng: random.Random, script: Callable[[random.Random], list[dict[str, Any]]], name: str = "sim"
+) -> Scenario:
+    runs = rng.choice((1, 1, 2))
+    processes = rng.choice((2, 3, 3))
+    hosts = tuple("h0" if index == 0 or rng.random() < 0.6 else "h1" for index in range(processes))
+    options = {
+        "unknown_policy": rng.choice(("tell_model", "tell_model", "pause", "fail")),
+        "snapshot_every": rng.choice((2, 5, 50)),
+        "max_attempts": rng.choice((1, 3, 3)),
+    }
+    concurrent = tuple(rng.random() < 0.4 for _ in hosts)
+    last_first = rng.random() < 0.5
+    return Scenario(
+        runs, hosts, script(rng), name=name, concurrent=concurrent, last_first=last_first, agent_options=options
+    )

@@ -1,0 +1,1 @@
+"""The simulation tier: seeded schedules of the real engine (``unbroken.testing.simulate``)."""

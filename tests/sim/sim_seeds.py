@@ -1,0 +1,12 @@
+"""The seeds the default tier plays, and the ones known to show a hole in the code as it is."""
+
+from __future__ import annotations
+
+WITHIN = 200
+"""Seeds 0..WITHIN-1: every switched-off defence must be found among them, and the code as it
+is must keep every invariant on all of them but the known holes."""
+
+KNOWN_HOLES: dict[int, str] = {}
+"""Seeds among them whose schedule breaks an invariant on the code as it is (docs/simulation.md,
+"Holes found"). None here today; the grace hole shows in 8 of the first 4,000 seeds (658,
+1143, 1333, 1807, 2152, 2656, 3118, 3894) and is pinned in test_known_holes."""

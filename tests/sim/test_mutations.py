@@ -1,0 +1,37 @@
+"""The checker can fail: with one defence switched off (or a backend broken on purpose), the
+simulator finds the hole within a bounded number of seeds, and the shrunk schedule still fails.
+The same seeds pass on the code as it is (test_simulate), except the seeds of a known hole."""
+
+from __future__ import annotations
+
+import pytest
+from sim_seeds import KNOWN_HOLES, WITHIN
+
+from unbroken.stores.base import Store
+from unbroken.stores.memory import InMemoryStore
+from unbroken.testing.simulate import shrink
+from unbroken.testing.simulate.broken import BROKEN
+from unbroken.testing.simulate.mutations import MUTATIONS
+from unbroken.testing.simulate.table import first_failure
+
+SKIP = frozenset(KNOWN_HOLES)
+PINNED: dict[str, str] = {}
+"""Switched-off defences too rare in random schedules for the seed budget, each pinned by a schedule."""
+
+
+@pytest.mark.parametrize("name", sorted(set(MUTATIONS) - set(PINNED)))
+def test_each_switched_off_defence_is_found(name: str) -> None:
+    found, _ = first_failure(range(WITHIN), switch=MUTATIONS[name], skip=SKIP)
+    assert found is not None, f"{name} switched off went unnoticed for {WITHIN} seeds"
+    with MUTATIONS[name]():
+        shrunk = shrink(found.seed, found, budget=40)
+    assert shrunk.failed and len(shrunk.actions) <= len(found.actions)
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_each_broken_backend_is_caught(name: str) -> None:
+    def broken() -> Store:
+        return BROKEN[name](InMemoryStore())
+
+    found, _ = first_failure(range(WITHIN), broken, skip=SKIP)
+    assert found is not None, f"backend {name} went unnoticed for {WITHIN} seeds"
