@@ -32,11 +32,12 @@ import json
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from ..codec import canonical_hash
 from ..errors import ConfigError
-from ..ledger import EffectLedger
+from ..ledger import EffectLedger, args_hash
 from ..state import EFFECTS, MAX_RUN_ID_LENGTH, Effect, JSONValue, RunState, ToolCall, occurrence_key
 from ..stores.base import Store
 from ..tools import Probe
@@ -278,6 +279,7 @@ class DurableTools:
         # Calls announced by the hook and not yet taken by a handler, per (tool, canonical
         # arguments), first in first out: parallel calls of one tool are told apart by arguments.
         self._announced: dict[tuple[str, str], deque[tuple[str, str]]] = {}
+        self._running: set[str] = set()  # keys of the calls this process is running now
         wrapped = [
             SdkMcpTool(each.name, each.description, each.input_schema, self._wrap(each), each.annotations)
             for each in tools
@@ -318,6 +320,22 @@ class DurableTools:
 
         return handler
 
+    def retried_call(self, ledger: EffectLedger, call: ToolCall) -> ToolCall:
+        """``call``, or the earlier call of the session it retries: a side effect with the same
+        tool and arguments whose outcome a crash left in doubt (no process here is running it).
+        A model told that a call "may or may not have completed" retries it with a new
+        ``tool_use`` id; run as a new call, it would be made twice. Asked again under the
+        earlier key, it is answered by the probe, or UNKNOWN OUTCOME. The one place the tools
+        recognise a retry under a new id; switched off, such a retry runs again."""
+        if ledger.get(call.idempotency_key) is not None:
+            return call
+        what = args_hash(call)
+        for entry in ledger.store.ledger_list(ledger.run_id):
+            in_doubt = entry.status in ("pending", "unknown") and entry.key not in self._running
+            if in_doubt and entry.tool == call.name and entry.args_hash == what:
+                return replace(call, idempotency_key=entry.key)
+        return call
+
     async def run_call(self, tool: SdkMcpTool[Any], arguments: dict[str, Any]) -> dict[str, Any]:
         """One call through the ledger (the one place the tools reconcile; switched off, a call
         made again after a crash runs again): a settled call is answered with its recorded
@@ -331,6 +349,17 @@ class DurableTools:
         call = ToolCall(use_id, tool.name, arguments_json, call_key(session_id, use_id, tool.name, arguments))
         ledger = EffectLedger(self.store, tools_run_id(session_id))
         effect = self.effects.get(tool.name, "side_effect")
+        if effect == "side_effect":
+            call = await asyncio.to_thread(self.retried_call, ledger, call)
+        self._running.add(call.idempotency_key)  # before its claim: never taken for a crashed call
+        try:
+            return await self._through_ledger(tool, arguments, ledger, call, effect)
+        finally:
+            self._running.discard(call.idempotency_key)
+
+    async def _through_ledger(
+        self, tool: SdkMcpTool[Any], arguments: dict[str, Any], ledger: EffectLedger, call: ToolCall, effect: Effect
+    ) -> dict[str, Any]:
         step = await asyncio.to_thread(_effects.before, ledger, call, effect, self.probes.get(tool.name))
         if isinstance(step, _effects.Answered):
             return _recorded(step.content, step.is_error)

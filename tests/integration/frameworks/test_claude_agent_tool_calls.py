@@ -153,3 +153,45 @@ def test_a_payment_left_in_doubt_and_asked_again_is_an_unknown_outcome_without_a
 def test_a_probe_for_a_tool_that_is_not_there_is_refused_with_the_names_to_use() -> None:
     with pytest.raises(ConfigError, match=r"probes name chrage, which are not among the tools \(balance, charge\)"):
         durable_tools([charge, balance], open_store("memory://"), probes={"chrage": lambda call: NotExecuted()})
+
+
+def test_a_retry_with_a_new_id_of_a_payment_left_in_doubt_is_not_made_again() -> None:
+    store = open_store("memory://")
+    arguments: dict[str, Any] = {"invoice": "A", "amount": 5}
+    first = ToolCall("toolu_01", "charge", arguments, call_key("s1", "toolu_01", "charge", arguments))
+    EffectLedger(store, tools_run_id("s1")).claim(first)  # a process killed inside it left this
+    durable = tools(store)
+
+    async def go() -> dict[str, Any]:
+        await announce(durable, "s1", "toolu_02", "charge", arguments)  # the model retries, new id
+        return await call(durable, "charge", arguments)
+
+    assert text(asyncio.run(go())).startswith("UNKNOWN OUTCOME")
+    assert made == []
+
+
+def test_an_identical_call_made_while_the_first_is_running_is_its_own_call() -> None:
+    made.clear()
+    arguments: dict[str, Any] = {"invoice": "A", "amount": 5}
+    inside, release = asyncio.Event(), asyncio.Event()
+
+    @tool("charge", "Charge an invoice", {"invoice": str, "amount": int})
+    async def slow(args: dict[str, Any]) -> dict[str, Any]:
+        if not inside.is_set():  # the first call waits inside the tool until released
+            inside.set()
+            await release.wait()
+        return await charge.handler(args)
+
+    durable = durable_tools([slow], open_store("memory://"), server="pay")
+
+    async def go() -> list[str]:
+        await announce(durable, "s1", "toolu_01", "charge", arguments)
+        first = asyncio.create_task(call(durable, "charge", arguments))
+        await inside.wait()  # the first is inside the tool: pending in the ledger, not crashed
+        await announce(durable, "s1", "toolu_02", "charge", arguments)
+        second = text(await call(durable, "charge", arguments))
+        release.set()
+        return [text(await first), second]
+
+    assert asyncio.run(go()) == ["charged 5 for A", "charged 5 for A"]
+    assert [use_id for use_id, _, _ in made] == ["toolu_02", "toolu_01"]

@@ -1,9 +1,10 @@
 """In-process SDK tools through ``durable_tools``, end to end with real processes and the real
 ``claude`` CLI bundled in ``claude-agent-sdk`` (a local stand-in plays the model, and reuses the
 id ``toolu_01`` for every call as local servers do): the process hosting a payment is killed
-inside it; a second process resumes the session, the model asks for that payment again with
-the same id in a new turn and then for another payment reusing the id. Each payment is made
-once and the session ends with a final answer."""
+inside it; a second process resumes the session, the model asks for that payment again (with
+the same id in a new turn, or with a new id as a real model would) and then for another
+payment (reusing the id, or a new one). Each payment is made once and the session ends with a
+final answer."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,30 +26,30 @@ from unbroken.integrations.claude_agent import tools_run_id
 CHILD = Path(__file__).with_name("claude_tools_child.py")
 FIRST, AGAIN = "Pay invoice A", "Continue: check what was paid, then pay invoice B"
 A = ToolUse("toolu_01", "mcp__pay__charge", {"invoice": "A", "amount": 5})
-B = ToolUse("toolu_01", "mcp__pay__charge", {"invoice": "B", "amount": 7})
+RETRIES = {  # after the resume: A asked again, then B
+    "same-id": (A, ToolUse("toolu_01", "mcp__pay__charge", {"invoice": "B", "amount": 7})),
+    "new-id": (
+        ToolUse("toolu_02", "mcp__pay__charge", {"invoice": "A", "amount": 5}),
+        ToolUse("toolu_03", "mcp__pay__charge", {"invoice": "B", "amount": 7}),
+    ),
+}
 
 
 class Model:
-    """The stand-in's script: pay A; after the resume, pay A again (same id, new turn: a model
-    told the call may not have completed), then B, then end. The resumed turns are counted by
-    the stand-in, not read from the request: the CLI (2.1.332) runs a call whose id the session
-    already holds, but sends it back to the model as "[Tool use interrupted]" without its result."""
+    """The stand-in's script: pay A; after the resume, pay A again (a model told the call may
+    not have completed), then B, then end. The resumed turns are counted by the stand-in, not
+    read from the request: the CLI (2.1.332) runs a call whose id the session already holds, but
+    sends it back to the model as "[Tool use interrupted]" without its result."""
 
-    def __init__(self) -> None:
+    def __init__(self, retry: str) -> None:
+        self.retry = RETRIES[retry]
         self.resumed_turns = 0
 
     def __call__(self, body: dict[str, Any]) -> str | ToolUse:
         if not any(AGAIN in text for text in texts(body)):
             return A if not tool_results(body) else "stopped"
         self.resumed_turns += 1
-        return {1: A, 2: B}.get(self.resumed_turns, "done: A and B are paid")
-
-
-@pytest.fixture
-def stub() -> Iterator[MessagesStub]:
-    server = MessagesStub(Model()).start()
-    yield server
-    server.stop()
+        return {1: self.retry[0], 2: self.retry[1]}.get(self.resumed_turns, "done: A and B are paid")
 
 
 def run_child(
@@ -79,10 +79,27 @@ def session_of(stub: MessagesStub) -> str:
     raise AssertionError(f"no session id in the requests: {[b.get('metadata') for b in stub.requests]}")
 
 
-@pytest.mark.parametrize("probe", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["probe", "no-probe"])
+@pytest.mark.parametrize(
+    ("retry", "probe"),
+    [
+        ("same-id", True),
+        ("new-id", True),
+        pytest.param("same-id", False, marks=pytest.mark.slow),
+        pytest.param("new-id", False, marks=pytest.mark.slow),
+    ],
+    ids=["same-id-probe", "new-id-probe", "same-id-no-probe", "new-id-no-probe"],
+)
 def test_killed_inside_a_payment_the_resumed_session_pays_each_invoice_once(
-    tmp_path: Path, stub: MessagesStub, probe: bool
+    tmp_path: Path, retry: str, probe: bool
 ) -> None:
+    stub = MessagesStub(Model(retry)).start()
+    try:
+        check_each_invoice_paid_once(tmp_path, stub, retry, probe)
+    finally:
+        stub.stop()
+
+
+def check_each_invoice_paid_once(tmp_path: Path, stub: MessagesStub, retry: str, probe: bool) -> None:
     killed = run_child(tmp_path, stub, FIRST, "-", probe, kill_after="A")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert [p["invoice"] for p in payments(tmp_path)] == ["A"]
@@ -102,3 +119,6 @@ def test_killed_inside_a_payment_the_resumed_session_pays_each_invoice_once(
         assert paid_a.status == "unknown"
     assert paid_b.status == "succeeded" and paid_b.result is not None and "charged 7 for B" in paid_b.result.content
     assert len(ledger) == 2
+    if retry == "new-id":  # with ids of its own, the CLI hands the model each answer
+        said = [json.dumps(block.get("content")) for block in tool_results(stub.requests[-1])[-2:]]
+        assert ("charged 5 for A" if probe else "UNKNOWN OUTCOME") in said[0] and "charged 7 for B" in said[1]
