@@ -16,7 +16,8 @@ implemented: the SDK then builds listings from ``list_sessions`` and ``load``.
 ``ClaudeAgentOptions``. The handler receives only the arguments, so the ``PreToolUse`` hook
 announces each call (session, ``tool_use`` id) and the handler takes the call announced with
 its tool and canonical arguments, first in first out. Each call is keyed by ``call_key``; a
-call asked again after a crash is answered from the ledger, its probe, or UNKNOWN OUTCOME.
+call asked again after a crash (same id, or a new id for a side effect left in doubt:
+``DurableTools.retried_call``) is answered from the ledger, its probe, or UNKNOWN OUTCOME.
 
 Run ids: ``claude.<project hash>.<session id>[.<subpath>]``, each part escaped reversibly
 into run-id characters (``_xx`` per other byte), so listings need no extra reads; a part too
