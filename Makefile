@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BASE   := $(VENV)/.installed-base
 
-.PHONY: demo test check lint typecheck reliability bench clean
+.PHONY: demo test check lint typecheck reliability bench package docs clean
 
 $(PY):
 	$(PYTHON) -m venv --without-pip $(VENV)
@@ -32,8 +32,11 @@ $(STAMP): pyproject.toml | $(PY)
 demo: $(BASE)  ## the crash-and-resume demo: embedded SQLite, no API key, no network
 	PYTHONPATH=src $(PY) -m unbroken.cli demo
 
-test: $(STAMP)  ## the whole test suite
-	$(PY) -m pytest -q -m "not slow"
+# The default tier on two pytest-xdist workers (the machines have two cores); --dist loadfile keeps
+# a test file on one worker. Every test has its own PostgreSQL schema, Redis key prefix, ports and
+# temporary directory, so workers never share a run. `make test SERIAL=1` runs it in one process.
+test: $(STAMP)  ## the default tier (not the slow sweeps), on two workers
+	$(PY) -m pytest -q -m "not slow" $(if $(SERIAL),,-n 2 --dist loadfile)
 
 lint: $(STAMP)  ## ruff, then the layering contracts ([tool.importlinter] in pyproject.toml)
 	$(VENV)/bin/ruff check src tests benchmarks examples scripts
@@ -67,5 +70,28 @@ bench: $(STAMP)  ## benchmarks, printed as tables
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) benchmarks/run.py --readme README.md  # prints the tables and writes them into README.md
 
+# What an index would get: the wheel and sdist, checked by twine, and the wheel installed into a
+# fresh venv (no source tree on its path) running the demo. About 30 s (the build needs PyPI for
+# its isolated build environment).
+PKG_VENV := build/wheel-venv
+package: $(STAMP)  ## build wheel + sdist, twine check, install the wheel in a fresh venv, run the demo from it
+	rm -rf dist $(PKG_VENV)
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+	if $(PYTHON) -m pip --version >/dev/null 2>&1; then \
+		$(PYTHON) -m venv --without-pip $(PKG_VENV) && \
+		$(PYTHON) -m pip --python $(PKG_VENV)/bin/python install --quiet --disable-pip-version-check dist/*.whl; \
+	else \
+		$(PYTHON) -m venv $(PKG_VENV) && $(PKG_VENV)/bin/pip install --quiet --disable-pip-version-check dist/*.whl; \
+	fi
+	cd $$(mktemp -d) && $(CURDIR)/$(PKG_VENV)/bin/python -c "import unbroken, sys; \
+		assert 'site-packages' in unbroken.__file__, unbroken.__file__; print('installed', unbroken.__version__)" \
+		&& $(CURDIR)/$(PKG_VENV)/bin/unbroken demo
+
+# The docs as a site (mkdocs.yml over docs/, the API reference from docstrings): --strict fails
+# on a broken link, a missing page or a docstring mkdocstrings cannot read. About 10 s.
+docs: $(STAMP)  ## build the docs site into site/ (mkdocs build --strict)
+	PYTHONPATH=src $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build site

@@ -1,2 +1,14 @@
 """Shared by every test tier. Its presence puts ``tests/`` on ``sys.path`` (pytest's default
-import mode), so tests import the repository-only fault kit as ``faults_kit``."""
+import mode), so tests import the repository-only fault kit as ``faults_kit``.
+
+``make test`` runs the tiers on two pytest-xdist workers; a worker's environment says
+``COLUMNS=80`` (set by xdist, not by a terminal), which would make the command line fold ids
+that the tests read whole: removed here, so a test sees what a pipe gets in production."""
+
+from __future__ import annotations
+
+import os
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)

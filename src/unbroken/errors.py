@@ -6,6 +6,7 @@
     ├── ConfigError                 the caller asked for something that cannot work
     │   ├── InvalidStoreURL         open_store() got a URL it cannot use
     │   ├── InvalidRunId            a run id that is not a safe name
+    │   ├── InvalidTask             a task that is not a string (also a TypeError)
     │   ├── ToolDefinitionError     a @tool that cannot be described to a model
     │   └── TaskMismatch            an existing run id was given a different task
     ├── StateError                  the state itself is not storable
@@ -56,6 +57,10 @@ class InvalidStoreURL(ConfigError):
 
 class InvalidRunId(ConfigError):
     """The run id is not a safe name: use 1-200 characters from A-Z a-z 0-9 . _ - (not starting with . or -)."""
+
+
+class InvalidTask(ConfigError, TypeError):
+    """The task must be a string (the user message that starts the run): put structured input in business_state."""
 
 
 class ToolDefinitionError(ConfigError):

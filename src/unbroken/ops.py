@@ -51,9 +51,18 @@ def open_existing_store(url: str) -> Store:
         path = parts.path[1:] if scheme == "sqlite" and parts.path.startswith("/") else parts.path
         if path and not Path(path).exists():
             raise StoreUnavailable(
-                f"no unbroken store at {path} ({url}); pass --store URL or set UNBROKEN_STORE to your runs' store"
+                f"no unbroken store at {path} ({url}){_absolute_path_hint(scheme, path)}; "
+                "pass --store URL or set UNBROKEN_STORE to your runs' store"
             )
     return open_store(url)
+
+
+def _absolute_path_hint(scheme: str, path: str) -> str:
+    """For ``sqlite:///tmp/x.db`` (three slashes: the relative path tmp/x.db) when /tmp/x.db is
+    there: the four-slash URL that names it."""
+    if scheme != "sqlite" or Path(path).is_absolute() or not Path("/" + path).exists():
+        return ""
+    return f"; /{path} exists: an absolute path takes four slashes, sqlite:////{path}"
 
 
 # --------------------------------------------------------------------------- queued runs

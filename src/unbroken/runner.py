@@ -29,7 +29,7 @@ from .leases import Heartbeat, make_owner, take_lease
 from .model import Model
 from .resources import Opener
 from .session import RunResult, RunSession
-from .state import JSONValue, RunState, check_run_id
+from .state import JSONValue, RunState, check_run_id, check_task
 from .stores.base import Store
 from .tools import Tool, as_tool
 
@@ -303,6 +303,7 @@ class Agent:
         started = time.perf_counter()
         store = store if store is not None else self.store
         run_id = check_run_id(run_id) if run_id is not None else f"run-{uuid.uuid4().hex[:12]}"
+        check_task(task)
         if task is None and not store.exists(run_id):
             raise RunNotFound(f"no run {run_id!r} to resume in {store.url}; give a task to start it")
         # A name per call unless given: the same name would re-enter a live lease (a worker's claim).

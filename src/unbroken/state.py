@@ -473,6 +473,18 @@ def check_run_id(run_id: object) -> str:
 _CHECKED_RUN_IDS: set[str] = set()
 
 
+def check_task(task: object) -> None:
+    """Raise ``InvalidTask`` naming the type unless ``task`` is a string or None (resume): checked
+    before anything is written, so a dict passed as the task is never half-saved or bound to SQL."""
+    from .errors import InvalidTask
+
+    if task is not None and not isinstance(task, str):
+        raise InvalidTask(
+            f"the task must be a string (the user message that starts the run), not {type(task).__name__}: "
+            "put structured input in business_state=..., or json.dumps it into the task"
+        )
+
+
 def _check_run_id(run_id: object) -> str:
     """Return ``run_id`` if it is a safe name (usable as a file name, a SQL value and a URL
     segment), else raise ``InvalidRunId`` saying what is wrong."""

@@ -1,5 +1,6 @@
 """Following a run from another process, and reading back what its save points say about crashes.
 
+``wait_until_started(store, run_id)`` waits for a run that is not there yet (``watch --wait``).
 ``follow(store, run_id)`` is an observer: it never takes the lease (a process that cannot get
 the lease, because a live worker holds it, can still watch). It reads the run once, then
 polls the run's head and reads only the records written since, yielding one ``Update`` per
@@ -38,10 +39,54 @@ class Update:
     effects: list[LedgerEntry] = field(default_factory=list)
     notes: dict[int, list[str]] = field(default_factory=dict)
     """What the new save points record about resumes and settled calls, in words, by seq."""
+    calls: dict[int, list[str]] = field(default_factory=dict)
+    """By save point: the tools of the calls the model asked for there (the turn's calls)."""
 
     @property
     def stopped(self) -> bool:
         return self.phase in STOPPED_PHASES
+
+
+def wait_until_started(
+    store: Store,
+    run_id: str,
+    *,
+    timeout: float,
+    interval: float = 0.5,
+    sleep: Callable[[float], None] = clock.sleep,
+) -> None:
+    """Return once ``run_id`` has its first save point (a queued run is waited for too); raise
+    ``RunNotFound`` if it has none after ``timeout`` seconds. Reads only its head."""
+    check_run_id(run_id)
+    deadline = clock.monotonic() + timeout
+    while True:
+        head = store.read_head(run_id)
+        if head is not None and head.seq > 0:
+            return
+        if clock.monotonic() >= deadline:
+            raise RunNotFound(f"no run {run_id!r} in {store.url} after waiting {timeout:g}s")
+        sleep(interval)
+
+
+def proposed_calls(
+    run_id: str, records: Sequence[dict[str, Any]], fields: dict[str, Any] | None = None
+) -> dict[int, list[str]]:
+    """By save point: the tools of the calls that first appear pending there, folding ``records``
+    (parsed, in order) from ``fields`` (the small fields before them; None: none known, so a
+    page that starts with a delta still names its calls' keys by ``run_id``)."""
+    calls: dict[int, list[str]] = {}
+    fields = fields if fields is not None else {"run_id": run_id}
+    for body in records:
+        before = _pending_by_key(fields)
+        fields = fold_fields(fields, body)
+        names = [str(call["name"]) for key, call in _pending_by_key(fields).items() if key not in before]
+        if names:
+            calls[body["seq"]] = names
+    return calls
+
+
+def _pending_by_key(fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {call["idempotency_key"]: call for call in fields.get("pending_calls") or []}
 
 
 def follow(
@@ -69,18 +114,21 @@ def follow(
     seen = {(entry.key, entry.status) for entry in effects}
     last_seq = decoded.last_seq
     notes: dict[int, list[str]] = {}
+    calls: dict[int, list[str]] = {}
     if history is None:
         whole = store.decode(run_id, recover=True)
         saves = [info for info in whole.timeline if info.seq <= last_seq]
         notes = settlements(store, run_id, records=[r for r in whole.records if int(r["seq"]) <= last_seq])
+        calls = proposed_calls(run_id, whole.records)
     elif history > 0:
         page = paging.timeline_page(store, run_id, last_seq - history + 1, last_seq)
         saves = page.saves
         shown = {info.seq for info in saves}
         notes = {seq: lines for seq, lines in settlements(store, run_id, records=page.records).items() if seq in shown}
+        calls = proposed_calls(run_id, page.records)
     else:
         saves = []
-    first = Update(run_id, saves, decoded.state.phase, _holder(store, run_id), effects, notes)
+    first = Update(run_id, saves, decoded.state.phase, _holder(store, run_id), effects, notes, calls)
     yield first
     if until_stopped and first.stopped:
         return
@@ -92,7 +140,7 @@ def follow(
             raise RunNotFound(f"run {run_id!r} was deleted while it was watched")
         if head.seq <= last_seq:
             continue
-        saves, notes = [], {}
+        saves, notes, calls = [], {}, {}
         for record in store.records_after(run_id, last_seq):
             try:  # checked like every other read (size, CRC, shape): a damaged record is never shown
                 body = paging.parse_record(record.seq, record.body, record.checksum, same_schema=False)
@@ -102,6 +150,7 @@ def follow(
                     f"nothing was changed: `unbroken history {run_id} --all` says what is wrong",
                     last_good_seq=last_seq,
                 ) from None
+            calls.update(proposed_calls(run_id, [body], fields))
             fields = fold_fields(fields, body)  # snapshot replaces, delta updates (format v2 completed)
             saves.append(save_info(body, fields))
             lines = account_lines(body)
@@ -110,7 +159,7 @@ def follow(
             last_seq = record.seq
         effects = [entry for entry in store.ledger_list(run_id) if (entry.key, entry.status) not in seen]
         seen.update((entry.key, entry.status) for entry in effects)
-        update = Update(run_id, saves, str(fields.get("phase", "?")), _holder(store, run_id), effects, notes)
+        update = Update(run_id, saves, str(fields.get("phase", "?")), _holder(store, run_id), effects, notes, calls)
         yield update
         if until_stopped and update.stopped:
             return

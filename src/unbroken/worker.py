@@ -20,7 +20,7 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -55,6 +55,24 @@ class WorkerStats:
     data_lost: int = 0
     """Runs whose saved data the store lost (``StoreDataLost``, or gone when only a resume was
     right): never started over, left to an operator (retried, and refused, after ``retry_after``)."""
+    took_over: int = 0
+    """Finished runs that had save points already: left by a dead or expired owner (or by an
+    earlier attempt that raised), resumed here."""
+    settled: dict[str, int] = field(default_factory=dict)
+    """Calls left without a result by an earlier process, by how resuming settled them."""
+    awaiting_approval: int = 0
+    """Finished runs that stopped for a person's approval (``unbroken approvals``)."""
+    paused: int = 0
+    """Finished runs paused on an unknown outcome (``unbroken resolve``)."""
+
+    def count(self, result: RunResult) -> None:
+        """Count one run that ended (the caller holds the worker's lock)."""
+        self.finished += 1
+        self.took_over += result.resumed
+        self.awaiting_approval += result.status == "awaiting_approval"
+        self.paused += result.status == "paused"
+        for _call_id, _tool, how in result.reconciled:
+            self.settled[how] = self.settled.get(how, 0) + 1
 
 
 class Worker:
@@ -226,7 +244,8 @@ class Worker:
             self._count_as("errors")
             self._hold(agent, run_id)
         else:
-            self._count_as("finished")
+            with self._count:
+                self.stats.count(result)
             if self.on_finish is not None:
                 self.on_finish(result)
         finally:

@@ -13,7 +13,7 @@ from ui_agents import approval_agent
 from ui_server import Server, action_headers, request, start_server
 
 from unbroken import open_store, ops
-from unbroken.ui.conversation import render_message
+from unbroken.message_parts import render_message
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from ui_server import Server, start_server
 from webdriver import Browser
 
 from unbroken import Agent, ScriptedModel, open_store, tool
-from unbroken.ui.conversation import PART_CAP
+from unbroken.message_parts import PART_CAP
 
 SPOOF = "invoice\u202etxt.exe"  # shows as "invoiceexe.txt" where the override is obeyed
 BIG = "".join(f"line {n:07d} of a very long page\n" for n in range(40_000))

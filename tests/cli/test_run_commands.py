@@ -30,7 +30,7 @@ def test_show_prints_the_summary_last_messages_and_business_state(seeded: Place,
     out = result.stdout
     assert cli_agents.TASK in out
     assert "completed" in out
-    assert "tool_use send_notice" in out and "thinking (signed)" in out
+    assert "call send_notice(" in out and "(thinking: " in out  # the one rendering of every provider format
     assert '"tier": "gold"' in out
 
 

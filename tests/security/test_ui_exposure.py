@@ -17,7 +17,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from unbroken import Agent, ScriptedModel, open_store, tool
-from unbroken.ui.conversation import PART_CAP
+from unbroken.message_parts import PART_CAP
 from unbroken.ui.server import answered_hosts, create_app
 
 BIG = "".join(f"line {n:07d} of a very long page\n" for n in range(40_000))  # ~1.3 MB

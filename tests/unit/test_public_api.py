@@ -10,12 +10,12 @@ import unbroken
 PUBLIC = {
     "Agent", "ApprovalError", "ApprovalExpired", "ConcurrentSave", "ConfigError", "CorruptCheckpoint",
     "EffectLedger", "Found", "IdempotencyConflict", "IncompatibleSchema", "InsufficientDurability", "InvalidRunId",
-    "InvalidStoreURL", "Lease", "LeaseError", "LeaseGuard", "LeaseHeld", "LeaseLost", "LedgerEntry", "Migrations",
-    "MissingStoreFeature", "Model", "ModelCallFailed", "ModelTurn", "NotExecuted", "NotJSONValue", "ProposedCall",
-    "RecordTooLarge", "RunNotFound", "RunQueued", "RunResult", "RunState", "RunSummary", "SCHEMA_VERSION",
-    "SaveInfo", "ScriptedModel", "StateError", "Store", "StoreDataLost", "StoreError", "StoreUnavailable",
-    "TaskMismatch", "Tool", "ToolCall", "ToolDefinitionError", "ToolResult", "ToolSpec", "UnbrokenError", "Unknown",
-    "UnloadableState",
+    "InvalidTask", "InvalidStoreURL", "Lease", "LeaseError", "LeaseGuard", "LeaseHeld", "LeaseLost", "LedgerEntry",
+    "Migrations", "MissingStoreFeature", "Model", "ModelCallFailed", "ModelTurn", "NotExecuted", "NotJSONValue",
+    "ProposedCall", "RecordTooLarge", "RunNotFound", "RunQueued", "RunResult", "RunState", "RunSummary",
+    "SCHEMA_VERSION", "SaveInfo", "ScriptedModel", "StateError", "Store", "StoreDataLost", "StoreError",
+    "StoreUnavailable", "TaskMismatch", "Tool", "ToolCall", "ToolDefinitionError", "ToolResult", "ToolSpec",
+    "UnbrokenError", "Unknown", "UnloadableState",
     "Unsupported", "__version__", "current_lease", "effect_from_mcp", "open_store", "resolve_call", "resource", "tool"
 }  # fmt: skip
 

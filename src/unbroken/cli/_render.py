@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+import shlex
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -15,10 +17,12 @@ import click
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.json import JSON
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.segment import Segment
 from rich.table import Table
 
 from .. import LedgerEntry, RunResult, RunState, RunSummary
+from ..message_parts import render_message
 from ..ops import MigrationPlan, QueuedRun, RunView
 from ._safe import UNSAFE, clean
 
@@ -49,6 +53,30 @@ class SafeConsole(Console):
                 yield segment
 
 
+AGENT_PLACEHOLDER = "module:attr"
+"""What a hint puts where the operator names their agent (the CLI cannot know it)."""
+
+
+def next_command(*words: str) -> str:
+    """A command to run next, as the operator can paste it: shell-quoted, repeating ``--store URL``
+    when this command was given one on its command line (from ``$UNBROKEN_STORE`` or the default,
+    the next command finds the same store by itself). The one place every hint is written."""
+    parts = ["unbroken", *words]
+    context = click.get_current_context(silent=True)
+    if context is not None and context.get_parameter_source("store_url") is click.core.ParameterSource.COMMANDLINE:
+        parts += ["--store", str(context.params["store_url"])]
+    return f"`{shlex.join(parts)}`"
+
+
+def resume_hint(run_id: str) -> str:
+    return next_command("resume", run_id, "--agent", AGENT_PLACEHOLDER)
+
+
+def print_hint(console: Console, text: str) -> None:
+    """A line holding a command: never wrapped or cut, so it can be copied whole."""
+    console.print(text, soft_wrap=True)
+
+
 def make_console(*, stderr: bool = False) -> Console:
     """A rich console that shows stored text safely (:class:`SafeConsole`); when the output
     is not a terminal, wide enough that ids are never cut."""
@@ -69,6 +97,24 @@ def echo(text: str, *, err: bool = False) -> None:
     """One plain line (no rich styling) through :func:`clean`: for output that is parsed by
     scripts, such as a run id or an error message that quotes stored text."""
     click.echo(clean(text), err=err)
+
+
+@contextmanager
+def progress(description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
+    """Progress of a long operation on stderr, shown only when stderr is a terminal (piped or
+    redirected, nothing is printed). Yields ``advance(n)``; ``total`` None: a spinner and a count."""
+    console = make_console(stderr=True)
+    if not console.is_terminal:
+        yield lambda _n: None
+        return
+    columns = [SpinnerColumn(), TextColumn("{task.description}")]
+    if total is not None:
+        columns += [BarColumn(), MofNCompleteColumn()]
+    else:
+        columns += [TextColumn("{task.completed:,}")]
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as shown:
+        task = shown.add_task(description, total=total)
+        yield lambda n: shown.advance(task, n)
 
 
 def when(timestamp: float | None, *, precise: bool = False) -> str:
@@ -118,29 +164,26 @@ def history_table(timeline: Sequence[Any], title: str | None = None) -> Table:
     return table
 
 
-def describe_message(message: Any) -> str:
-    """One line per message: role and a short view of each block."""
-    if not isinstance(message, dict):
-        return brief(message)
-    role = message.get("role", message.get("type", "?"))
-    content = message.get("content")
-    if isinstance(content, str):
-        return f"{role}: {brief(content)}"
-    parts = []
-    for block in content if isinstance(content, list) else []:
-        kind = block.get("type", "?") if isinstance(block, dict) else type(block).__name__
-        if kind == "text":
-            parts.append(f"text {brief(block.get('text', ''), 60)!r}")
-        elif kind == "thinking":
-            parts.append("thinking" + (" (signed)" if block.get("signature") else ""))
-        elif kind == "tool_use":
-            parts.append(f"tool_use {block.get('name')}({brief(block.get('input', {}), 50)})")
-        elif kind == "tool_result":
-            error = " ERROR" if block.get("is_error") else ""
-            parts.append(f"tool_result{error} {brief(block.get('content', ''), 50)!r}")
-        else:
-            parts.append(str(kind))
-    return f"{role}: " + "; ".join(parts)
+def describe_message(provider: str, message: Any) -> str:
+    """One line per message: role and a short view of each part (text, thinking marked as such,
+    tool calls with their arguments, results with their call id), the same reading of the
+    provider's format as the inspector's (``unbroken.message_parts``)."""
+    rendered = render_message(provider, 0, message)
+    return f"{rendered['role']}: " + "; ".join(_describe_part(part) for part in rendered["parts"])
+
+
+def _describe_part(part: dict[str, Any]) -> str:
+    kind = part["kind"]
+    if kind == "text":
+        return repr(brief(part["text"], 70))
+    if kind == "thinking":
+        return f"(thinking: {brief(part['text'], 40)})"
+    if kind == "tool_call":
+        return f"call {part['name']}({brief(part['arguments'] or {}, 60)}) [{part['id']}]"
+    if kind == "tool_result":
+        error = " ERROR" if part.get("is_error") else ""
+        return f"result{error} [{part['id']}] {brief(part['text'], 60)!r}"
+    return f"({brief(part['text'], 60)})"
 
 
 STATUS_STYLES = {"pending": "yellow", "succeeded": "green", "failed": "red", "unknown": "bold red"}
@@ -205,15 +248,17 @@ def print_result(console: Console, result: RunResult) -> None:
     state: RunState | None = result.state
     if result.status == "paused" and state is not None:
         for call in state.dangling_calls():
-            console.print(
+            resolve = next_command("resolve", result.run_id, call.id, "--result", "TEXT")
+            print_hint(
+                console,
                 f"[yellow]paused:[/] call {escape(call.id)} ({escape(call.name)}) has an unknown outcome. "
-                f"Check it, then `unbroken resolve {escape(result.run_id)} {escape(call.id)} --result TEXT` "
-                "(or --not-executed), and resume again."
+                f"Check it, then {escape(resolve)} (or --not-executed instead of --result), and resume again.",
             )
     if result.status == "awaiting_approval":
-        console.print(
-            f"[yellow]awaiting approval:[/] see `unbroken approvals {escape(result.run_id)}`, then `unbroken approve` "
-            "or `unbroken deny ... --reason TEXT` each call, and resume again."
+        print_hint(
+            console,
+            f"[yellow]awaiting approval:[/] {escape(next_command('approvals', result.run_id))} lists the calls "
+            "to approve or deny, and how; then resume again.",
         )
     if result.output:
         console.print("[bold]output[/]")
@@ -302,7 +347,8 @@ def print_run(console: Console, view: RunView, state: RunState, message_count: i
         start = max(0, len(state.messages) - message_count)
         console.print(f"[bold]last {len(state.messages) - start} of {len(state.messages)} messages[/]")
         for index in range(start, len(state.messages)):
-            console.print(f"  [dim]{index:>4}[/] {escape(describe_message(state.messages[index]))}")
+            line = escape(describe_message(state.provider, state.messages[index]))
+            console.print(f"  [dim]{index:>4}[/] {line}", soft_wrap=True)  # one line each, never cut
     console.print("[bold]business_state[/]")
     console.print(JSON.from_data(state.business_state))
 

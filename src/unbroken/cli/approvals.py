@@ -13,7 +13,7 @@ from ..approvals import ApprovalRequest
 from ..ops import approve, deny, pending_approvals
 from ..ops import open_existing_store as open_run_store
 from ._app import friendly_errors, main, store_option
-from ._render import make_console, when
+from ._render import make_console, next_command, print_hint, resume_hint, when
 
 
 def _arguments(request: ApprovalRequest) -> str:
@@ -49,6 +49,13 @@ def approvals_command(run_id: str, store_url: str) -> None:
             request.digest,
         )
     console.print(table)
+    for request in requests:
+        if request.status == "requested" and ids.count(request.call_id) == 1:
+            approve_it = next_command("approve", run_id, request.call_id, "--digest", request.digest)
+            deny_it = next_command("deny", run_id, request.call_id, "--reason", "TEXT")
+            print_hint(
+                console, f"{escape(request.call_id)}: approve with {escape(approve_it)} or deny with {escape(deny_it)}"
+            )
 
 
 @main.command("approve")
@@ -68,7 +75,7 @@ def approve_command(run_id: str, call_id: str, digest: str | None, by: str | Non
         f"approved call {escape(request.call_id)}: {escape(request.tool)}({escape(_arguments(request))}) "
         f"[dim]{request.digest}[/]"
     )
-    console.print(f"resume it with: unbroken resume {escape(run_id)} (or Agent.run)")
+    print_hint(console, f"resume it with: {escape(resume_hint(run_id))} (or Agent.run)")
 
 
 @main.command("deny")
@@ -86,4 +93,4 @@ def deny_command(run_id: str, call_id: str, reason: str, digest: str | None, by:
         request = deny(store, run_id, call_id, reason=reason, digest=digest, by=by)
     console = make_console()
     console.print(f"denied call {escape(request.call_id)}: {escape(request.tool)}({escape(_arguments(request))})")
-    console.print(f"resume it with: unbroken resume {escape(run_id)} (or Agent.run)")
+    print_hint(console, f"resume it with: {escape(resume_hint(run_id))} (or Agent.run)")

@@ -11,7 +11,7 @@ from .. import ops
 from ..agent_ref import load_agent
 from ..errors import RunNotFound
 from ._app import AGENT_HELP, friendly_errors, main, store_option
-from ._render import make_console, print_result
+from ._render import make_console, next_command, print_result
 
 
 @main.command("resume")
@@ -36,9 +36,9 @@ def resume_command(ctx: click.Context, run_id: str, agent_spec: str, store_url: 
             queued = ops.queued_run(store, run_id)
             if queued is not None:
                 agent_text = queued.agent or agent_spec
+                worker = next_command("worker", "--agent", agent_text, "--until-idle")
                 raise RunNotFound(
-                    f"run {run_id!r} is queued (submitted, not started yet): a worker starts it, "
-                    f"e.g. `unbroken worker --agent {agent_text} --store {store_url} --until-idle`"
+                    f"run {run_id!r} is queued (submitted, not started yet): a worker starts it, e.g. {worker}"
                 )
             raise RunNotFound(f"no run {run_id!r} in {store_url}")
         agent = ref.build(store)

@@ -12,7 +12,7 @@ from rich.markup import escape
 from ..errors import ConfigError
 from ..ops import DAY, LEDGER_PAGE, Retention, apply_retention, ledger_of, open_existing_store, resolve_call
 from ._app import friendly_errors, main, store_option
-from ._render import ledger_table, make_console, when
+from ._render import ledger_table, make_console, next_command, print_hint, progress, resume_hint, when
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -51,9 +51,11 @@ def effects_command(run_id: str, last: int, show_all: bool, store_url: str) -> N
     entries = ledger.entries
     console = make_console()
     if not entries and ledger.run_finished:
-        console.print(
-            f"run {escape(run_id)} is finished and has no ledger entries left: `unbroken gc` collects the entries "
-            "of finished runs (or the run never called a tool that is not read-only)"
+        print_hint(
+            console,
+            f"run {escape(run_id)} is finished and has no ledger entries left: "
+            f"{escape(next_command('gc', '--older-than', '7d'))} collects the entries of finished runs "
+            "(or the run never called a tool that is not read-only)",
         )
         return
     if not entries:
@@ -92,7 +94,7 @@ def resolve_command(
         settled = "took effect" + (" and failed" if is_error else "") + "; the model will be told the given result"
     console = make_console()
     console.print(f"settled call {escape(call_id)} ({escape(call.name)}) of run {escape(run_id)}: {settled}.")
-    console.print(f"next: unbroken resume {escape(run_id)} --agent module:attr")
+    print_hint(console, f"next: {escape(resume_hint(run_id))}")
 
 
 @main.command("gc")
@@ -125,7 +127,8 @@ def gc_command(
     with open_existing_store(store_url) as store:
         if older_than is not None:
             cutoff = time.time() - parse_duration(older_than)
-            pruned = store.ledger_gc(cutoff)
+            with progress("collecting ledger entries of finished runs"):
+                pruned = store.ledger_gc(cutoff)
             noun = "entry" if pruned == 1 else "entries"
             console.print(f"pruned {pruned} ledger {noun} of finished runs last updated before {when(cutoff)}")
         if runs_older_than is not None:
@@ -134,7 +137,8 @@ def gc_command(
                 ledger_days=None if keep_ledger is None else parse_duration(keep_ledger) / DAY,
                 erase=erase_runs,
             )
-            report = apply_retention(store, policy, limit=limit)
+            with progress("applying the retention policy"):
+                report = apply_retention(store, policy, limit=limit)
             console.print(
                 f"retention: removed {len(report.removed)} run(s), emptied {len(report.emptied)} "
                 f"(ledger kept for audit)" + ("; more left: run it again" if report.more else "; done")

@@ -9,7 +9,7 @@ import click
 
 from .. import RunResult
 from ..agent_ref import load_agent, parse_agent_ref
-from ..worker import Worker
+from ..worker import Worker, WorkerStats
 from ._app import AGENT_HELP, friendly_errors, main, open_cli_store, store_option
 from ._render import CleanLogFormatter, echo
 
@@ -43,19 +43,24 @@ def submit_command(agent_spec: str, task: str, run_id: str | None, store_url: st
 @click.option("--poll-interval", type=click.FloatRange(0.01), default=1.0, show_default=True, help="Seconds.")
 @click.option("--until-idle", is_flag=True, help="Exit once no run is left to claim.")
 @click.option("--max-runs", type=click.IntRange(1), default=None, help="Exit after claiming this many runs.")
+@click.option("-v", "--verbose", count=True, help="-v: the SDKs' and drivers' INFO lines too; -vv: DEBUG.")
 @store_option
 @friendly_errors
 def worker_command(
-    agent_spec: str, concurrency: int, poll_interval: float, until_idle: bool, max_runs: int | None, store_url: str
+    agent_spec: str,
+    concurrency: int,
+    poll_interval: float,
+    until_idle: bool,
+    max_runs: int | None,
+    verbose: int,
+    store_url: str,
 ) -> None:
     """Claim runs submitted for --agent, run each to its end, and claim more.
 
     Runs left by a dead worker are picked up once their lease expires. SIGTERM or Ctrl-C: the
     worker finishes its current save points, releases its leases and exits."""
     build = load_agent(agent_spec).factory()
-    handler = logging.StreamHandler()
-    handler.setFormatter(CleanLogFormatter("%(asctime)s %(levelname)s %(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    configure_logging(verbose)
 
     def report(result: RunResult) -> None:
         echo(f"{result.run_id}\t{result.status}\t{result.turns} turns\t{result.tokens_used} tokens")
@@ -74,9 +79,36 @@ def worker_command(
             ),
         )
         stats = worker.run(until_idle=until_idle, max_runs=max_runs)
-    echo(
-        f"worker: {stats.finished} finished, {stats.interrupted} interrupted, {stats.lost} taken over, "
-        f"{stats.errors} failed and left for retry"
-        + (f", {stats.data_lost} LOST BY THE STORE (not started over; see the log)" if stats.data_lost else ""),
-        err=True,
-    )
+    echo(f"worker: {summary(stats)}", err=True)
+
+
+LIBRARY_LOGGERS = ("httpx", "httpx2", "httpcore", "openai", "anthropic", "urllib3", "botocore", "mcp")
+"""The SDKs and drivers whose INFO lines (one per HTTP request) would bury the worker's own."""
+
+
+def configure_logging(verbose: int) -> None:
+    """The worker's own lines (``unbroken.*``) at INFO, every other library at WARNING; ``-v``
+    lets the libraries' INFO through, ``-vv`` is DEBUG for all."""
+    level = logging.DEBUG if verbose >= 2 else logging.INFO
+    handler = logging.StreamHandler()
+    handler.setFormatter(CleanLogFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))  # stored text made safe
+    logging.basicConfig(level=level, handlers=[handler])
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(level if verbose else logging.WARNING)
+
+
+def summary(stats: WorkerStats) -> str:
+    """One line: what the worker did, with what needs a person last."""
+    parts = [
+        f"{stats.finished} finished ({stats.took_over} taken over from an earlier process)",
+        f"{stats.interrupted} interrupted",
+        f"{stats.lost} lost to another worker",
+        f"{stats.errors} failed and left for retry",
+    ]
+    if stats.data_lost:
+        parts.append(f"{stats.data_lost} LOST BY THE STORE (not started over; see the log)")
+    if stats.settled:
+        parts.append("calls settled on resume: " + ", ".join(f"{n} {how}" for how, n in sorted(stats.settled.items())))
+    parts.append(f"{stats.awaiting_approval} awaiting approval")
+    parts.append(f"{stats.paused} paused on an unknown outcome")
+    return "; ".join(parts)

@@ -11,7 +11,7 @@ from ..fork import Fork
 from ..ops import fork, rewind
 from ..ops import open_existing_store as open_run_store
 from ._app import friendly_errors, main, store_option
-from ._render import ledger_table, make_console
+from ._render import ledger_table, make_console, print_hint, resume_hint
 
 
 def _print_fork(console: Console, made: Fork) -> None:
@@ -25,7 +25,7 @@ def _print_fork(console: Console, made: Fork) -> None:
         console.print(ledger_table(made.effects_after))
     else:
         console.print(f"run {escape(made.forked_from)} recorded no side effect after save {made.at}")
-    console.print(f"continue it with: unbroken resume {escape(made.run_id)} --agent ... (or Agent.run / Agent.send)")
+    print_hint(console, f"continue it with: {escape(resume_hint(made.run_id))} (or Agent.run / Agent.send)")
 
 
 @main.command("fork")

@@ -8,7 +8,7 @@ from rich.markup import escape
 from ..ops import open_existing_store as open_run_store
 from ..ops import recover
 from ._app import friendly_errors, main, store_option
-from ._render import make_console
+from ._render import make_console, print_hint, progress, resume_hint
 
 
 @main.command("recover")
@@ -22,7 +22,7 @@ def recover_command(run_id: str, to: int | None, store_url: str) -> None:
     The run's records, damaged ones included, are kept unchanged in the run RUN.damaged-N;
     the effect ledger is kept. The model is told which side effects already happened after
     the save point, so it does not repeat them. Refused while a live process runs the run."""
-    with open_run_store(store_url) as store:
+    with open_run_store(store_url) as store, progress(f"recovering run {run_id}"):
         done = recover(store, run_id, to=to)
     console = make_console()
     console.print(
@@ -31,4 +31,4 @@ def recover_command(run_id: str, to: int | None, store_url: str) -> None:
     )
     if done.told:
         console.print(f"the model will be told about {len(done.told)} side effect(s) made after that point")
-    console.print(f"resume it with: unbroken resume {escape(run_id)} (or Agent.run)")
+    print_hint(console, f"resume it with: {escape(resume_hint(run_id))} (or Agent.run)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from rich.markup import escape
 from .. import SCHEMA_VERSION, ops, paging
 from ..codec import save_info
 from ..errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, LeaseHeld, RunNotFound
-from ..state import SaveInfo, check_run_id
+from ..state import RunSummary, SaveInfo, check_run_id
 from ..stores import Store, open_store
 from ._app import friendly_errors, main, store_option
 from ._render import (
@@ -28,8 +28,11 @@ from ._render import (
     history_table,
     make_console,
     migration_table,
+    print_hint,
     print_queued,
     print_run,
+    progress,
+    resume_hint,
     runs_table,
 )
 from ._safe import json_for_terminal
@@ -239,7 +242,10 @@ def export_command(run_id: str, out_path: Path | None, store_url: str) -> None:
     it goes to a temporary file renamed at the end, so FILE is never left half written."""
     with ops.open_existing_store(store_url) as store:
         if out_path is None:
-            damaged = ops.export_run_to(store, run_id, lambda text: sys.stdout.write(json_for_terminal(text)))
+            with progress(f"exporting run {run_id} (bytes)") as advance:
+                damaged = ops.export_run_to(
+                    store, run_id, _counted(lambda text: sys.stdout.write(json_for_terminal(text)), advance)
+                )
             sys.stdout.write("\n")
             sys.stdout.flush()
             written = None
@@ -251,11 +257,19 @@ def export_command(run_id: str, out_path: Path | None, store_url: str) -> None:
         click.echo(f"wrote {out_path} ({written:,} bytes)", err=True)
 
 
+def _counted(write: Callable[[str], object], advance: Callable[[int], None]) -> Callable[[str], object]:
+    def counted(text: str) -> object:
+        advance(len(text))
+        return write(text)
+
+    return counted
+
+
 def _export_to_file(store: Store, run_id: str, out_path: Path) -> tuple[str | None, int]:
     partial = out_path.with_name(f".{out_path.name}.partial")
     try:
-        with partial.open("w", encoding="utf-8") as out:
-            damaged = ops.export_run_to(store, run_id, out.write)
+        with partial.open("w", encoding="utf-8") as out, progress(f"exporting run {run_id} (bytes)") as advance:
+            damaged = ops.export_run_to(store, run_id, _counted(out.write, advance))
             out.write("\n")
         os.replace(partial, out_path)
         return damaged, out_path.stat().st_size
@@ -278,7 +292,7 @@ def import_command(checkpoint: Path, run_id: str | None, store_url: str) -> None
     business_state, pending_action, schema_version). A pending call becomes an in-doubt call:
     `unbroken resume` re-runs it if it is read-only and otherwise asks its probe or tells the
     model its outcome is unknown. Creates the store if needed; never overwrites a run."""
-    with open_store(store_url) as store:
+    with open_store(store_url) as store, progress(f"importing {checkpoint}"):
         state = ops.import_run(store, checkpoint, run_id)
     pending = ", ".join(f"{call.name} ({call.id})" for call in state.pending_calls) or "none"
     console = make_console()
@@ -286,7 +300,7 @@ def import_command(checkpoint: Path, run_id: str | None, store_url: str) -> None
         f"imported {escape(str(checkpoint))} as run {escape(state.run_id)}: {state.turns} turns, "
         f"{state.tokens_used:,} tokens, {len(state.messages)} messages; pending calls: {escape(pending)}"
     )
-    console.print(f"next: unbroken resume {escape(state.run_id)} --agent module:attr --store {escape(store_url)}")
+    print_hint(console, f"next: {escape(resume_hint(state.run_id))}")
 
 
 @main.command("migrate")
@@ -299,29 +313,37 @@ def migrate_command(apply_changes: bool, store_url: str) -> None:
     Lists each run's checkpoint schema version and what migrating it would do; nothing is
     changed without --apply, which rewrites runs at an older version (atomically, one run at
     a time). Exits 1 if --apply fails for a run."""
-    failures = to_apply = 0
-    rows = []
     with ops.open_existing_store(store_url) as store:
-        for summary in store.list_runs():
-            plan = ops.plan_migration(store, summary.run_id)
-            action = escape(plan.action)
-            to_apply += plan.verdict == "migrate"
-            if plan.verdict == "blocked" and apply_changes:
-                failures += 1
-                action = f"[red]not migrated:[/] {action}"
-            elif plan.verdict == "migrate" and apply_changes:
-                try:
-                    ops.migrate_run(store, summary.run_id)
-                    action = f"[green]migrated[/] from schema {plan.version} to {SCHEMA_VERSION}"
-                except (LeaseHeld, IncompatibleSchema, CorruptCheckpoint) as exc:
-                    failures += 1
-                    action = f"[red]not migrated:[/] {escape(str(exc))}"
-            rows.append((plan, summary.phase, action))
+        summaries = store.list_runs()
+        with progress("checking runs" + (" and migrating" if apply_changes else ""), len(summaries)) as advance:
+            rows = [_migrate_one(store, summary, apply_changes, advance) for summary in summaries]
+    failures = sum(1 for _plan, _phase, _action, failed in rows if failed)
+    to_apply = sum(1 for plan, _phase, _action, _failed in rows if plan.verdict == "migrate")
     console = make_console()
     title = f"checkpoint schema of runs in {escape(store_url)} (current: {SCHEMA_VERSION})"
-    console.print(migration_table(rows, title, applied=apply_changes))
+    console.print(migration_table([row[:3] for row in rows], title, applied=apply_changes))
     if not apply_changes:
         verb = f"run with --apply to migrate {to_apply} run(s)" if to_apply else "no run needs migrating"
         console.print(f"dry run: nothing was changed; {verb}")
     if failures:
         sys.exit(1)
+
+
+def _migrate_one(
+    store: Store, summary: RunSummary, apply_changes: bool, advance: Callable[[int], None]
+) -> tuple[ops.MigrationPlan, str, str, bool]:
+    """One run's row: its plan, phase, what was (or would be) done, and whether it failed."""
+    try:
+        plan = ops.plan_migration(store, summary.run_id)
+        action, failed = escape(plan.action), False
+        if plan.verdict == "blocked" and apply_changes:
+            action, failed = f"[red]not migrated:[/] {action}", True
+        elif plan.verdict == "migrate" and apply_changes:
+            try:
+                ops.migrate_run(store, summary.run_id)
+                action = f"[green]migrated[/] from schema {plan.version} to {SCHEMA_VERSION}"
+            except (LeaseHeld, IncompatibleSchema, CorruptCheckpoint) as exc:
+                action, failed = f"[red]not migrated:[/] {escape(str(exc))}", True
+        return plan, summary.phase, action, failed
+    finally:
+        advance(1)

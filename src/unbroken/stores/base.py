@@ -14,6 +14,7 @@ Recovery is an operator act (``unbroken.ops.recover``).
 
 from __future__ import annotations
 
+import difflib
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -30,14 +31,16 @@ from ..errors import (
     StoreDataLost,
     StoreUnavailable,
     TaskMismatch,
+    UnbrokenError,
     Unsupported,
 )
-from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, check_run_id
+from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, check_run_id, check_task
 from .backend import CAPABILITIES, Backend, Refused, RunHead, SealedEntry, Submission, entry_checksum, seal
 
 UNCLAIMABLE_PHASES = TERMINAL_PHASES | {"paused", "awaiting_approval"}
 CLAIM_PAGE = 64  # submissions a claim reads at a time
 """Phases a worker never claims: finished, or waiting for a person to act first."""
+SUGGEST_FROM = 500  # run ids a "did you mean" compares a missing one with: one bounded page
 _CAS_ATTEMPTS = 50  # a head only moves when someone saves or leases; 50 misses in a row is a fault
 
 __all__ = ["CAPABILITIES", "ClaimedRun", "Store", "data_lost"]
@@ -186,10 +189,20 @@ class Store(Backend):
             )
         if "claim" in self.capabilities and self.submission(run_id) is not None:
             return RunQueued(
-                f"run {run_id!r} in {self.url} is queued (submitted, not started yet): a worker will "
-                f"start it, or `unbroken resume {run_id} --agent ...` starts it now"
+                f"run {run_id!r} in {self.url} is queued (submitted, not started yet): a worker on this "
+                "store starts it (`unbroken worker --agent module:attr --until-idle`, with its --store)"
             )
-        return RunNotFound(f"no run {run_id!r} in {self.url}")
+        return RunNotFound(f"no run {run_id!r} in {self.url}{self._did_you_mean(run_id)}")
+
+    def _did_you_mean(self, run_id: str) -> str:
+        """``; did you mean 'x'?`` naming the stored run ids closest to a mistyped one, from one
+        bounded page (the most recently updated runs), or "" when none is close."""
+        try:
+            known = [row.run_id for row in self.summaries_page(None, SUGGEST_FROM)]
+        except UnbrokenError:  # a suggestion is a courtesy: the run is not found either way
+            return ""
+        near = difflib.get_close_matches(run_id, known, n=3, cutoff=0.6)
+        return f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
 
     # ------------------------------------------------------------------ loading
 
@@ -411,6 +424,7 @@ class Store(Backend):
         if "claim" not in self.capabilities:
             raise self._unsupported("queue runs for workers")
         run_id = check_run_id(run_id if run_id is not None else f"run-{uuid.uuid4().hex[:12]}")
+        check_task(task)
         head = self.read_head(run_id)
         if head is not None and head.seq > 0:  # a saved run keeps its task: checked before queuing it
             self._same_task(run_id, task, next((s.task for s in self.list_summaries() if s.run_id == run_id), task))

@@ -50,9 +50,9 @@ from ..errors import (
     StoreError,
     UnbrokenError,
 )
+from ..message_parts import PART_CAP
 from ..state import check_run_id
 from ..stores.base import Store
-from .conversation import PART_CAP
 from .views import RunDetails, RunIndex, ledger_before, messages_before, part_text, run_page, timeline_before
 
 TOKEN_HEADER = "x-unbroken-token"
@@ -363,6 +363,7 @@ def create_app(
         Route("/", page("index.html", "text/html; charset=utf-8")),
         Route("/runs/{run_id}", run_shell),
         Route("/static/app.js", page("app.js", "text/javascript; charset=utf-8")),
+        Route("/static/strip.js", page("strip.js", "text/javascript; charset=utf-8")),
         Route("/static/style.css", page("style.css", "text/css; charset=utf-8")),
         Route("/api/runs", guarded(runs)),
         Route("/api/runs/{run_id}", guarded(run)),

@@ -29,9 +29,9 @@ from .. import ops, paging
 from ..codec import Decoded
 from ..errors import RunNotFound
 from ..leases import owner_is_dead
+from ..message_parts import full_text, render_message
 from ..state import RunState, RunSummary, SaveInfo, check_run_id
 from ..stores.base import Store
-from .conversation import full_text, render_message
 
 ATTENTION_PHASES = frozenset({"paused", "awaiting_approval", "failed", "damaged"})
 """Phases in which a run waits for a person or has ended badly: the "needs attention" filter."""

@@ -116,6 +116,11 @@ def run_race(fleet: Fleet, store: Store, workers: int, runs: int) -> None:
     assert all([r.seq for r in store.read_records(run_id)] == [1, 2, 3, 4] for run_id in run_ids)
 
 
+def test_8_workers_racing_over_200_runs_complete_each_exactly_once(fleet: Fleet, pg_store: PostgresStore) -> None:
+    run_race(fleet, pg_store, workers=8, runs=200)
+
+
+@pytest.mark.slow  # the same race at fleet scale (~75 s on a loaded 2-core machine): make reliability
 def test_16_workers_racing_over_1000_runs_complete_each_exactly_once(fleet: Fleet, pg_store: PostgresStore) -> None:
     run_race(fleet, pg_store, workers=16, runs=1000)
 

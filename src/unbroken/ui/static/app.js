@@ -180,6 +180,7 @@ async function showRun(runId) {
     run.problem ? el("p", { class: "error-box" }, "Damaged: " + run.problem) : null,
     run.error ? el("p", { class: "error-box" }, run.error) : null,
     waiting(run),
+    run.timeline.length ? section("At a glance", el("div", { class: "strip" }, drawStrip(run.timeline)), stripLegend()) : null,
     section("Timeline of save points", timeline(run)),
     section("Conversation", conversation(run)),
     run.summary_upto ? section("Compaction summary", el("p", { class: "muted" },

@@ -1,4 +1,5 @@
-"""A run's messages, in the provider's own shape, turned into parts a page can show.
+"""A run's messages, in the provider's own shape, turned into parts the inspector's page and
+``unbroken show`` display (one reading of the three provider formats, used by both).
 
 Each message becomes ``{"index", "role", "parts"}``; a part is one of ``text``, ``thinking``
 (collapsed on the page), ``tool_call`` (name, id, arguments), ``tool_result`` (call id, content,
@@ -9,7 +10,7 @@ builds HTML: the page inserts every string as text, so a tool result cannot inje
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 Part = dict[str, Any]
@@ -188,8 +189,3 @@ def _render(provider: str, index: int, message: Any) -> dict[str, Any]:
     role = str(message.get("role", "unknown"))
     parts = _chat(message) if provider == "openai-chat" else _anthropic(message)
     return {"index": index, "role": role, "parts": parts}
-
-
-def render_messages(provider: str, messages: Sequence[Any], start: int, end: int) -> list[dict[str, Any]]:
-    """Messages ``start`` to ``end`` (exclusive) rendered as parts."""
-    return [render_message(provider, index, messages[index]) for index in range(start, end)]
