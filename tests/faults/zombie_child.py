@@ -246,7 +246,7 @@ def switch_fencing_off(parts: str) -> set[str]:
     if "check" in off:
         fencing.LeaseGuard.acting = acting  # type: ignore[method-assign]
     if "grace" in off:
-        fencing.LeaseGuard.wait_before_trusting_absence = lambda self: False  # type: ignore[method-assign]
+        fencing.LeaseGuard.wait_before_trusting_absence = lambda self, entry=None: False  # type: ignore[method-assign]
     if "owner" in off:
         leases.owner_is_dead = pid_only_is_dead
     return off
