@@ -42,7 +42,8 @@ from .backend import Refused, RunHead, SealedEntry, Submission
 from .base import Store
 
 STORE_SCHEMA = 7
-"""7: unbroken_effects.lease_fence (the fence an attempt started under); 6: unbroken_queue_order (queued runs read a page at a time); 5: ledger keyed by (run_id, key);
+"""7: unbroken_effects.lease_fence (the fence an attempt started under);
+6: unbroken_queue_order (queued runs read a page at a time); 5: ledger keyed by (run_id, key);
 4: unbroken_segments (older records packed); 3: the unbroken_append view; 2: ledger checksums."""
 BUSY_TIMEOUT_MS = 10_000
 PAGE_SIZE = 4096

@@ -4,7 +4,6 @@ database clock, the ledger's insert-if-absent, URLs and error messages, and migr
 from __future__ import annotations
 
 import dataclasses
-
 import threading
 import time
 from collections.abc import Generator
