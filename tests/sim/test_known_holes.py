@@ -27,7 +27,9 @@ SHIP_ONCE = [
     },
     {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "usage": {}},
 ]
-ONE_HOST = Scenario(runs=1, hosts=("h0", "h0", "h0"), script=SHIP_ONCE)
+ZOMBIE_ELSEWHERE = Scenario(runs=1, hosts=("h0", "h1", "h0"), script=SHIP_ONCE)
+"""p1 on another host: p0 cannot prove it alive, so takes the run over once its lease expires (a
+frozen holder on p0's own host is provably alive and never taken over: owners.owner_is_alive)."""
 
 ZOMBIE_IN_FLIGHT = """
 freeze_at p1 in_tool
@@ -42,22 +44,34 @@ AFTER_A_DEATH = ZOMBIE_IN_FLIGHT + "kill p0\nstep p2 3"
 
 
 def test_a_release_does_not_lose_the_grace() -> None:
-    outcome = play(ONE_HOST, from_text(AFTER_A_RELEASE))
+    outcome = play(ZOMBIE_ELSEWHERE, from_text(AFTER_A_RELEASE))
     assert not outcome.failed, [str(v) for v in outcome.violations]
 
 
 def test_a_holder_proven_dead_does_not_lose_the_grace() -> None:
-    outcome = play(ONE_HOST, from_text(AFTER_A_DEATH))
+    outcome = play(ZOMBIE_ELSEWHERE, from_text(AFTER_A_DEATH))
     assert not outcome.failed, [str(v) for v in outcome.violations]
 
 
 @pytest.mark.parametrize("schedule", [AFTER_A_RELEASE, AFTER_A_DEATH], ids=["release", "death"])
 def test_without_inheritance_the_side_effect_happens_twice(schedule: str) -> None:
     with MUTATIONS["grace_inheritance"]():
-        outcome = play(ONE_HOST, from_text(schedule))
+        outcome = play(ZOMBIE_ELSEWHERE, from_text(schedule))
     assert any(v.invariant == "effects_once" for v in outcome.violations), [str(v) for v in outcome.violations]
 
 
 def test_without_the_middle_holder_the_grace_holds() -> None:
-    outcome = play(ONE_HOST, from_text(ZOMBIE_IN_FLIGHT + "step p0 8\nstep p2 3"))
+    outcome = play(ZOMBIE_ELSEWHERE, from_text(ZOMBIE_IN_FLIGHT + "step p0 8\nstep p2 3"))
+    assert not outcome.failed, [str(v) for v in outcome.violations]
+
+
+ONE_HOST = Scenario(runs=1, hosts=("h0", "h0", "h0"), script=SHIP_ONCE)
+
+
+@pytest.mark.parametrize("schedule", [AFTER_A_RELEASE, AFTER_A_DEATH], ids=["release", "death"])
+def test_a_frozen_holder_on_the_takers_host_is_never_taken_over(schedule: str) -> None:
+    # The world answers owners.owner_is_alive as a host does: even with no grace at all, p0 and
+    # p2 of p1's host leave its run alone while p1 lives, frozen or not.
+    with MUTATIONS["grace"](), MUTATIONS["grace_inheritance"]():
+        outcome = play(ONE_HOST, from_text(schedule))
     assert not outcome.failed, [str(v) for v in outcome.violations]
