@@ -16,8 +16,8 @@ from unbroken import open_store
 CHILD = Path(__file__).with_name("zombie_child.py")
 RUN_ID = "zombie-run"
 TIMEOUT = 30.0  # generous: the CI machine is loaded
-# Set ZOMBIE_WITHOUT_FENCING=all (or check, grace, inherit, owner, tool, alive, acting) to run every child with that part of
-# the mechanism switched off: the tests that rely on it must then fail (that is how they were
+# Set ZOMBIE_WITHOUT_FENCING=all (or check, grace, inherit, owner, tool, alive, acting) to run every
+# child with that part of the mechanism switched off: the tests that rely on it must then fail (that is how they were
 # checked; see zombie_child.switch_fencing_off).
 _OFF = os.environ.get("ZOMBIE_WITHOUT_FENCING", "")
 WITHOUT_FENCING = ("--without-fencing", _OFF) if _OFF else ()
