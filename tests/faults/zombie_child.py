@@ -200,7 +200,8 @@ def switch_fencing_off(parts: str) -> set[str]:
     predecessor gave the run up, even when an older holder started it), ``acting`` (a tool left
     running by its interrupted call is not counted: the lease is released at once),
     ``service-clock`` (S3: the service's clock is this machine's wall clock plus an offset read
-    once, at open), ``boot-clock`` (SQLite, the file store: leases judged on the wall clock). Returns the parts switched off."""
+    once, at open), ``boot-clock`` (SQLite, the file store: leases judged on the wall clock).
+    Returns the parts switched off."""
     from unbroken import fencing, leases, owners
 
     checked_acting = fencing.LeaseGuard.acting
