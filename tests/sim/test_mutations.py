@@ -15,9 +15,7 @@ from unbroken.testing.simulate.mutations import MUTATIONS
 from unbroken.testing.simulate.table import first_failure
 
 SKIP = frozenset(KNOWN_HOLES)
-PINNED: dict[str, str] = {
-    "grace_inheritance": "tests/sim/test_known_holes.py (about 1 schedule in 500: 8 of seeds 0-3999)",
-}
+PINNED: dict[str, str] = {}
 """Switched-off defences too rare in random schedules for the seed budget, each pinned by a schedule."""
 
 
