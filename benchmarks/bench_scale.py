@@ -33,6 +33,8 @@ class ScaleRow:
     messages_sent: int | None
     source: str
     error: str | None = None
+    floor_seconds: float | None = None
+    """The crash floor at this length (parse the uncompacted history once, import nothing else)."""
 
 
 def measure(root: Path, turns: int, repeats: int, say: Callable[[str], None]) -> ScaleRow:

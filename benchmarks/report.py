@@ -5,18 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bench_crash import CrashRow
+from bench_import import ImportFigures
 from bench_scale import ScaleRow
 from measure import SaveTimes
 
 SAVE_TARGET = 1.3  # save at full / bare commit (issue 12 goal 3)
 DISK_TARGET = 2.0
-LOAD_TARGET = 1.0  # sqlite full load of 10,000 turns / one json.loads (goal 2)
+LOAD_TARGET = 1.0  # sqlite full open + load of 10,000 turns / one json.loads (goal 2; issue 24: open counted)
 FILE_RESUME_TARGET = 2.0  # goal 4
 POSTGRES_RESUME_TARGET = 2.0  # goal 5
-CRASH_TARGET = 1.2  # spawn to next model request / floor (goal 1)
+CRASH_TARGET = 1.5  # spawn to next model request / the honest floor, compacted and not (issue 24 goal 3)
 MEMORY_TARGET = 1.5  # peak RSS of a resume / that of json.loads (issue 16 goal 1)
 SCALE_SECONDS, SCALE_MB = 1.0, 200.0  # 1,000,000-turn compacted resume (issue 16 goal 2)
-IMPORT_TARGET = 0.150
+IMPORT_TARGET = 0.040  # `import unbroken`, -X importtime cumulative, bytecode compiled (issue 24 goal 4)
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Results:
     crash: list[CrashRow] = field(default_factory=list)
     scale: list[ScaleRow] = field(default_factory=list)
     fleet: dict[int, float] = field(default_factory=dict)
-    import_wall: float = 0.0
+    imports: ImportFigures | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -54,7 +55,7 @@ def _ratio(value: float | None, base: float | None) -> str:
 def main_table(rows: list[Row], raw: dict[int, int]) -> str:
     header = (
         "| turns | approach | save median ms | save p99 ms | last 200 saves median ms | save / floor "
-        "| disk MB | disk / raw | store open ms | load ms | load / json.loads |"
+        "| disk MB | disk / raw | store open ms | load ms | (open + load) / json.loads |"
     )
     lines = [header, "|" + "---|" * 11]
     floors = {row.turns: row.saves.median for row in rows if row.approach.startswith("bare") and row.saves}
@@ -81,7 +82,7 @@ def main_table(rows: list[Row], raw: dict[int, int]) -> str:
                 _ratio(row.disk_bytes, raw[turns]),
                 _ms(row.open_seconds, 1),
                 _ms(row.resume_seconds, 1),
-                _ratio(row.resume_seconds, row.json_seconds),
+                _ratio(_opened_load(row), row.json_seconds),
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -124,11 +125,19 @@ def _verdict(ok: bool, text: str) -> str:
     return f"{'PASS' if ok else 'FAIL'} {text}"
 
 
+def _opened_load(row: Row) -> float | None:
+    """What a fresh process pays to have the run's messages: opening the store (importing its
+    modules and driver, connecting, checking the schema) plus the load. The peers' rows time
+    their connect inside the load already (no ``open_seconds``)."""
+    if row.resume_seconds is None:
+        return None
+    return row.resume_seconds + (row.open_seconds or 0.0)
+
+
 def _opened(row: Row) -> str:
-    """How the load was timed: with the store already open; the open's own time, shown beside."""
-    if row.open_seconds is None:
+    if row.open_seconds is None or row.resume_seconds is None:
         return ""
-    return f" (store already open; opening it took {row.open_seconds * 1e3:.1f} ms more, not counted)"
+    return f" (open {row.open_seconds * 1e3:.1f} ms + load {row.resume_seconds * 1e3:.1f} ms)"
 
 
 def targets(results: Results, turns_list: list[int]) -> list[str]:
@@ -136,7 +145,8 @@ def targets(results: Results, turns_list: list[int]) -> list[str]:
     by = {(row.approach, row.turns): row for row in results.rows}
     longest = turns_list[-1]
     short = "" if longest >= 10000 else f" (10,000 turns not run: {longest:,}, the longest measured)"
-    # Issue 12 goal 1: the cost of a crash.
+    # Issue 12 goal 1, issue 24 goal 3: the cost of a crash, against a floor that imports no unbroken.
+    floor_text = "the floor (a fresh python parsing the history once, nothing else imported)"
     for row in sorted(results.crash, key=lambda r: r.turns):
         if row.approach == "unbroken sqlite full" and row.seconds and row.floor_seconds:
             ratio = row.seconds / row.floor_seconds
@@ -144,18 +154,35 @@ def targets(results: Results, turns_list: list[int]) -> list[str]:
                 _verdict(
                     ratio <= CRASH_TARGET,
                     f"crash to next model request, sqlite full, {row.turns:,} turns: {row.seconds * 1e3:.0f} ms = "
-                    f"{ratio:.2f}x the floor ({row.floor_seconds * 1e3:.0f} ms); target <= {CRASH_TARGET}x",
+                    f"{ratio:.2f}x {floor_text} ({row.floor_seconds * 1e3:.0f} ms); target <= {CRASH_TARGET}x",
                 )
             )
+    for scaled in results.scale:
+        if scaled.turns >= 100_000:
+            continue  # judged by issue 16 goal 2 below; no floor is measured at that length
+        if scaled.seconds is None or scaled.floor_seconds is None:
+            why = scaled.error or f"no floor measured at {scaled.turns:,} turns (add it to --crash-turns)"
+            out.append(f"FAIL crash to next model request, compacted, {scaled.turns:,} turns: {why}")
+            continue
+        ratio = scaled.seconds / scaled.floor_seconds
+        out.append(
+            _verdict(
+                ratio <= CRASH_TARGET,
+                f"crash to next model request, compacted, sqlite full, {scaled.turns:,} turns: "
+                f"{scaled.seconds * 1e3:.0f} ms = {ratio:.2f}x {floor_text} ({scaled.floor_seconds * 1e3:.0f} ms); "
+                f"target <= {CRASH_TARGET}x",
+            )
+        )
     # Goal 2: load vs one stdlib json.loads.
     full = by.get(("unbroken sqlite full", longest))
-    if full is not None and full.resume_seconds and full.json_seconds:
-        ratio = full.resume_seconds / full.json_seconds
+    full_load = None if full is None else _opened_load(full)
+    if full is not None and full_load and full.json_seconds:
+        ratio = full_load / full.json_seconds
         out.append(
             _verdict(
                 ratio <= LOAD_TARGET,
-                f"load at sqlite full, {longest:,} turns{short}: {full.resume_seconds * 1e3:.1f} ms{_opened(full)} = "
-                f"{ratio:.2f}x "
+                f"load at sqlite full, store open counted, {longest:,} turns{short}: "
+                f"{full_load * 1e3:.1f} ms{_opened(full)} = {ratio:.2f}x "
                 f"one json.loads of the history ({full.json_seconds * 1e3:.1f} ms); target <= {LOAD_TARGET}x",
             )
         )
@@ -186,15 +213,16 @@ def targets(results: Results, turns_list: list[int]) -> list[str]:
     # Goals 4 and 5: file store and PostgreSQL resume.
     for name, target in (("file", FILE_RESUME_TARGET), ("postgres", POSTGRES_RESUME_TARGET)):
         row = by.get((f"unbroken {name}", longest))
-        if row is None or not row.resume_seconds or not row.json_seconds:
+        loaded = None if row is None else _opened_load(row)
+        if row is None or not loaded or not row.json_seconds:
             out.append(f"FAIL resume at {name}: not measured (not in --stores, or the store could not be opened)")
             continue
-        ratio = row.resume_seconds / row.json_seconds
+        ratio = loaded / row.json_seconds
         out.append(
             _verdict(
                 ratio <= target,
-                f"resume at {name}, {longest:,} turns{short}: {row.resume_seconds * 1e3:.1f} ms{_opened(row)} = "
-                f"{ratio:.2f}x one "
+                f"resume at {name}, store open counted, {longest:,} turns{short}: "
+                f"{loaded * 1e3:.1f} ms{_opened(row)} = {ratio:.2f}x one "
                 f"json.loads ({row.json_seconds * 1e3:.1f} ms); target <= {target}x",
             )
         )
@@ -230,10 +258,13 @@ def targets(results: Results, turns_list: list[int]) -> list[str]:
                     f"target < {SCALE_SECONDS:g} s and < {SCALE_MB:g} MB",
                 )
             )
-    out.append(
-        _verdict(
-            results.import_wall < IMPORT_TARGET,
-            f"import unbroken: {results.import_wall * 1e3:.1f} ms; target < {IMPORT_TARGET * 1e3:.0f} ms",
+    if results.imports is not None:
+        imports = results.imports
+        out.append(
+            _verdict(
+                imports.importtime <= IMPORT_TARGET,
+                f"import unbroken: {imports.importtime * 1e3:.1f} ms (-X importtime cumulative, bytecode compiled; "
+                f"wall {imports.wall * 1e3:.1f} ms over a bare python); target <= {IMPORT_TARGET * 1e3:.0f} ms",
+            )
         )
-    )
     return out

@@ -11,7 +11,6 @@ A run's durable state is split in two on purpose:
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, get_args
 
@@ -40,6 +39,8 @@ def idempotency_key(run_id: str, call_id: str) -> str:
     """A key from the run id and a call id alone. Runs saved before keys named call
     occurrences hold keys made this way in their pending calls, and those keep working; new
     calls get ``occurrence_key`` (a provider may reuse its call ids)."""
+    import hashlib  # (here: loading OpenSSL costs ~3 ms, and a resume makes no key before its model answers)
+
     digest = hashlib.sha256(f"{run_id}\x00{call_id}".encode()).hexdigest()
     return f"ub_{digest[:40]}"
 
@@ -50,6 +51,8 @@ def occurrence_key(run_id: str, save_seq: int, position: int, call_id: str) -> s
     the call (save A), its position in that turn and the provider's id. Two calls never share
     a key even when a provider reuses ``call_0`` every turn or twice in one turn. Fixed in
     ``pending_calls`` at save A, so it is the same across retries and resumes."""
+    import hashlib
+
     digest = hashlib.sha256(f"{run_id}\x00{save_seq}\x00{position}\x00{call_id}".encode()).hexdigest()
     return f"ub_{digest[:40]}"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -42,11 +43,29 @@ def test_benchmark_prints_the_table_and_a_verdict_for_every_target(tmp_path: Pat
         "| 3 | bare SQLite commit (floor) |",
         "| 3 | unbroken sqlite full |",
         "| 3 | textbook JSON rewrite |",
-        "| 3 | floor: python + import unbroken + ",
+        "| 3 | floor: python + ",
         "| 3 | textbook JSON file (json.loads of its state) |",
     ):
         assert row in out
     verdicts = [line for line in out.splitlines() if line.startswith(("PASS ", "FAIL "))]
-    kinds = ["crash", "load", "save", "bytes", "resume", "resume", "resume", "compacted", "import"]
+    kinds = ["crash", "crash", "load", "save", "bytes", "resume", "resume", "resume", "compacted", "import"]
     assert [line.split()[1] for line in verdicts] == kinds
     assert list(tmp_path.iterdir()) == []  # every database it made was removed
+
+
+def test_the_crash_floor_imports_nothing_of_unbroken(tmp_path: Path) -> None:
+    # Issue 24: a floor that imports unbroken hides unbroken's own import inside the floor.
+    history = tmp_path / "history.json"
+    history.write_text('[{"role": "user", "content": "hi"}]', encoding="utf-8")
+    code = (
+        f"import json, pathlib, sys; sys.path.insert(0, {str(BENCHMARK.parent)!r}); import bench_crash\n"
+        f"history = pathlib.Path({str(history)!r})\n"
+        "print(json.dumps([bench_crash.floor_code(history, parser) for parser in bench_crash.PARSERS]))\n"
+    )
+    listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    floors = json.loads(listed)
+    assert len(floors) == 2
+    for floor in floors:
+        probe = floor + "import sys; print(sorted(m for m in sys.modules if m.partition('.')[0] == 'unbroken'))\n"
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+        assert out.splitlines()[-1] == "[]", floor

@@ -63,3 +63,16 @@ def test_importing_unbroken_loads_no_heavy_standard_library_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
+
+
+def test_importing_unbroken_loads_only_its_errors_until_a_name_is_used() -> None:
+    # Issue 24: the public names resolve on first use (PEP 562), so `import unbroken` stays
+    # ~1-3 ms (-X importtime) and a process pays only for what it touches.
+    code = (
+        "import sys, unbroken\n"
+        "before = sorted(m for m in sys.modules if m.partition('.')[0] == 'unbroken')\n"
+        "unbroken.Agent\n"
+        "print(','.join(before), 'unbroken.runner' in sys.modules, 'Agent' in vars(unbroken))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["unbroken,unbroken.errors", "True", "True"]

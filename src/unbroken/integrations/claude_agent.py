@@ -11,6 +11,14 @@ The SDK's own ``claude_agent_sdk.testing.run_session_store_conformance`` passes 
 (tests/integration/frameworks/test_claude_agent_store.py). ``list_session_summaries`` is not
 implemented: the SDK then builds listings from ``list_sessions`` and ``load``.
 
+``durable_tools(tools, store)`` runs in-process SDK tools (``@tool``) through the effect ledger
+(``_effects``): it gives the ``mcp_servers`` entry and the ``hooks`` to pass to
+``ClaudeAgentOptions``. The handler receives only the arguments, so the ``PreToolUse`` hook
+announces each call (session, ``tool_use`` id) and the handler takes the call announced with
+its tool and canonical arguments, first in first out. Each call is keyed by ``call_key``; a
+call asked again after a crash (same id, or a new id for a side effect left in doubt:
+``DurableTools.retried_call``) is answered from the ledger, its probe, or UNKNOWN OUTCOME.
+
 Run ids: ``claude.<project hash>.<session id>[.<subpath>]``, each part escaped reversibly
 into run-id characters (``_xx`` per other byte), so listings need no extra reads; a part too
 long for a run id is replaced by its hash and the log remembers the original in its head.
@@ -21,16 +29,33 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import json
 import threading
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
-from ..state import MAX_RUN_ID_LENGTH, JSONValue, RunState
+from ..codec import canonical_hash
+from ..errors import ConfigError
+from ..ledger import EffectLedger, args_hash
+from ..state import EFFECTS, MAX_RUN_ID_LENGTH, Effect, JSONValue, RunState, ToolCall, occurrence_key
 from ..stores.base import Store
+from ..tools import Probe
+from . import _effects
+from ._effects import CURRENT_CALL, current_call
 from ._runlog import RunLog, list_logs
 
-if TYPE_CHECKING:  # the SDK's types only: nothing of the SDK is imported at run time
-    from claude_agent_sdk.types import SessionKey, SessionListSubkeysKey, SessionStoreEntry, SessionStoreListEntry
+if TYPE_CHECKING:  # the SDK's types only: the SDK is imported when durable tools are built
+    from claude_agent_sdk import HookMatcher, SdkMcpTool
+    from claude_agent_sdk.types import (
+        HookEvent,
+        McpServerConfig,
+        SessionKey,
+        SessionListSubkeysKey,
+        SessionStoreEntry,
+        SessionStoreListEntry,
+    )
 
 PREFIX = "claude."
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
@@ -195,3 +220,199 @@ class UnbrokenSessionStore:
                 subpath = str(self._log(run_id).head().get("subpath"))
             subkeys.append(subpath)
         return subkeys
+
+
+# ---------------------------------------------------------------------- tools through the ledger
+
+TOOLS_PREFIX = "claude-tools."
+_UNHOOKED = (
+    "durable tool {name} was called without its PreToolUse hook, so its call is unknown and it was not run; "
+    "pass hooks=durable.hooks (or merge them into your own) in ClaudeAgentOptions"
+)
+
+
+def tools_run_id(session_id: str) -> str:
+    """The run that holds the effect ledger of a session's in-process tools."""
+    return TOOLS_PREFIX + _part(session_id)
+
+
+def call_key(session_id: str, tool_use_id: str, tool: str, arguments: Mapping[str, Any]) -> str:
+    """The idempotency key of one call: the session, the ``tool_use`` id and what the call does
+    (tool and canonical arguments). Never the id alone: a local model reuses ``toolu_01`` for
+    every call. A call made again with the same id and the same arguments (a model told that
+    the earlier one was interrupted, retrying it) is the same call, so it is answered from the
+    ledger (or its probe), never run a second time on a guess."""
+    what = canonical_hash({"tool": tool, "input": cast("JSONValue", dict(arguments))})
+    return occurrence_key(tools_run_id(session_id), 0, 0, f"{tool_use_id}\x00{what}")
+
+
+class DurableTools:
+    """In-process SDK tools (``@tool``) that run through unbroken's effect ledger; build it with
+    ``durable_tools``. Pass ``mcp_servers=durable.mcp_servers`` and ``hooks=durable.hooks`` to
+    ``ClaudeAgentOptions``: the ``PreToolUse`` hook tells the tools which call they are running
+    (the handler receives only the arguments)."""
+
+    def __init__(
+        self,
+        tools: Sequence[SdkMcpTool[Any]],
+        store: Store,
+        *,
+        server: str,
+        effects: Mapping[str, Effect],
+        probes: Mapping[str, Probe],
+    ) -> None:
+        from claude_agent_sdk import HookMatcher, SdkMcpTool, create_sdk_mcp_server
+
+        for tool_name, effect in effects.items():
+            if effect not in EFFECTS:
+                raise ConfigError(f"effect of tool {tool_name!r} must be one of {', '.join(EFFECTS)}, not {effect!r}")
+        names = {each.name for each in tools}
+        strangers = sorted((set(effects) | set(probes)) - names)
+        if strangers:
+            raise ConfigError(
+                f"effects or probes name {', '.join(strangers)}, which are not among the tools "
+                f"({', '.join(sorted(names))}); use the tools' own names (as given to @tool)"
+            )
+        self.store = store
+        self.server = server
+        self.effects = dict(effects)
+        self.probes = dict(probes)
+        # Calls announced by the hook and not yet taken by a handler, per (tool, canonical
+        # arguments), first in first out: parallel calls of one tool are told apart by arguments.
+        self._announced: dict[tuple[str, str], deque[tuple[str, str]]] = {}
+        self._running: set[str] = set()  # keys of the calls this process is running now
+        wrapped = [
+            SdkMcpTool(each.name, each.description, each.input_schema, self._wrap(each), each.annotations)
+            for each in tools
+        ]
+        self.tools = wrapped  # as the CLI calls them (through the ledger)
+        self.mcp_servers: dict[str, McpServerConfig] = {server: create_sdk_mcp_server(server, tools=wrapped)}
+        hook = HookMatcher(matcher=None, hooks=[cast("Any", self._announce)])
+        self.hooks: dict[HookEvent, list[HookMatcher]] = {
+            "PreToolUse": [hook],
+            "PostToolUse": [hook],
+            "PostToolUseFailure": [hook],
+        }
+
+    def _slot(self, tool: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
+        return tool, canonical_hash(cast("JSONValue", dict(arguments)))
+
+    async def _announce(self, hook_input: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        """The hook: before a call of one of these tools, remember which call it is; after it,
+        forget it if no handler took it (the call was denied or blocked), so that it is never
+        taken for a later call with the same arguments."""
+        prefix = f"mcp__{self.server}__"
+        name = str(hook_input.get("tool_name", ""))
+        if name.startswith(prefix):
+            slot = self._slot(name[len(prefix) :], hook_input.get("tool_input") or {})
+            call = (str(hook_input.get("session_id", "")), str(hook_input.get("tool_use_id") or tool_use_id or ""))
+            waiting = self._announced.setdefault(slot, deque())
+            if hook_input.get("hook_event_name") == "PreToolUse":
+                waiting.append(call)
+            elif call in waiting:
+                waiting.remove(call)
+            if not waiting:
+                del self._announced[slot]
+        return {}
+
+    def _wrap(self, tool: SdkMcpTool[Any]) -> Callable[[Any], Awaitable[dict[str, Any]]]:
+        async def handler(arguments: Any) -> dict[str, Any]:
+            return await self.run_call(tool, dict(arguments))
+
+        return handler
+
+    def retried_call(self, ledger: EffectLedger, call: ToolCall) -> ToolCall:
+        """``call``, or the earlier call of the session it retries: a side effect with the same
+        tool and arguments whose outcome a crash left in doubt (no process here is running it).
+        A model told that a call "may or may not have completed" retries it with a new
+        ``tool_use`` id; run as a new call, it would be made twice. Asked again under the
+        earlier key, it is answered by the probe, or UNKNOWN OUTCOME. The one place the tools
+        recognise a retry under a new id; switched off, such a retry runs again."""
+        if ledger.get(call.idempotency_key) is not None:
+            return call
+        what = args_hash(call)
+        for entry in ledger.store.ledger_list(ledger.run_id):
+            in_doubt = entry.status in ("pending", "unknown") and entry.key not in self._running
+            if in_doubt and entry.tool == call.name and entry.args_hash == what:
+                return replace(call, idempotency_key=entry.key)
+        return call
+
+    async def run_call(self, tool: SdkMcpTool[Any], arguments: dict[str, Any]) -> dict[str, Any]:
+        """One call through the ledger (the one place the tools reconcile; switched off, a call
+        made again after a crash runs again): a settled call is answered with its recorded
+        result, an in-doubt side effect by its probe or UNKNOWN OUTCOME; otherwise the tool runs
+        and its result is recorded (durable) before the CLI sees it."""
+        waiting = self._announced.get(self._slot(tool.name, arguments))
+        if not waiting:
+            return _answer(_UNHOOKED.format(name=tool.name), is_error=True)
+        session_id, use_id = waiting.popleft()
+        arguments_json = cast("dict[str, JSONValue]", json.loads(json.dumps(arguments)))
+        call = ToolCall(use_id, tool.name, arguments_json, call_key(session_id, use_id, tool.name, arguments))
+        ledger = EffectLedger(self.store, tools_run_id(session_id))
+        effect = self.effects.get(tool.name, "side_effect")
+        if effect == "side_effect":
+            call = await asyncio.to_thread(self.retried_call, ledger, call)
+        self._running.add(call.idempotency_key)  # before its claim: never taken for a crashed call
+        try:
+            return await self._through_ledger(tool, arguments, ledger, call, effect)
+        finally:
+            self._running.discard(call.idempotency_key)
+
+    async def _through_ledger(
+        self, tool: SdkMcpTool[Any], arguments: dict[str, Any], ledger: EffectLedger, call: ToolCall, effect: Effect
+    ) -> dict[str, Any]:
+        step = await asyncio.to_thread(_effects.before, ledger, call, effect, self.probes.get(tool.name))
+        if isinstance(step, _effects.Answered):
+            return _recorded(step.content, step.is_error)
+        token = CURRENT_CALL.set(call)
+        try:
+            result = await tool.handler(arguments)
+        except Exception:
+            await asyncio.to_thread(_effects.interrupted, ledger, step)
+            raise
+        finally:
+            CURRENT_CALL.reset(token)
+        is_error = bool(result.get("is_error") or result.get("isError"))
+        await asyncio.to_thread(_effects.after, ledger, step, call, json.dumps(result, default=str), is_error)
+        return result
+
+
+def durable_tools(
+    tools: Sequence[SdkMcpTool[Any]],
+    store: Store,
+    *,
+    server: str = "tools",
+    effects: Mapping[str, Effect] | None = None,
+    probes: Mapping[str, Probe] | None = None,
+) -> DurableTools:
+    """Run in-process SDK tools (``@tool``) through the effect ledger in ``store``, keyed per call
+    (``call_key``). ``effects`` gives each tool's class by name (undeclared tools are side
+    effects: never run twice); ``probes`` a side effect's probe, asked when a crash left its
+    outcome in doubt. Inside a tool, ``current_call().idempotency_key`` is the call's key."""
+    return DurableTools(tools, store, server=server, effects=effects or {}, probes=probes or {})
+
+
+def _answer(text: str, is_error: bool = False) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "is_error": is_error}
+
+
+def _recorded(content: str, is_error: bool) -> dict[str, Any]:
+    """A recorded result as the tool returned it; a probe's or the ledger's text as a text result."""
+    try:
+        recorded = json.loads(content)
+    except ValueError:
+        recorded = None
+    if isinstance(recorded, dict) and isinstance(recorded.get("content"), list):
+        return recorded
+    return _answer(content, is_error)
+
+
+__all__ = [
+    "DurableTools",
+    "UnbrokenSessionStore",
+    "call_key",
+    "current_call",
+    "durable_tools",
+    "tools_run_id",
+    "transcript_run_id",
+]

@@ -1,35 +1,46 @@
 """A local stand-in for the Anthropic Messages API, enough for the ``claude`` CLI bundled in
-``claude-agent-sdk``: every POST to /v1/messages is recorded and answered with one streamed text
-turn (server-sent events, as the CLI asks for them)."""
+``claude-agent-sdk``: every POST to /v1/messages is recorded and answered with one streamed turn (server-sent
+events, as the CLI asks for them): a text, or a ``ToolUse`` the CLI then runs."""
 
 from __future__ import annotations
 
 import json
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Answer = Callable[[dict[str, Any]], str]
+
+@dataclass(frozen=True)
+class ToolUse:
+    """A scripted ``tool_use`` answer (the stop reason is then ``tool_use``)."""
+
+    id: str
+    name: str
+    input: dict[str, Any]
 
 
-def _events(text: str, model: str) -> bytes:
+Answer = Callable[[dict[str, Any]], "str | ToolUse"]
+
+
+def _events(answer: str | ToolUse, model: str) -> bytes:
     usage = {"input_tokens": 10, "output_tokens": 5}
     message = {"id": "msg_stub", "type": "message", "role": "assistant", "model": model, "content": []}
+    if isinstance(answer, ToolUse):
+        block: dict[str, Any] = {"type": "tool_use", "id": answer.id, "name": answer.name, "input": {}}
+        delta: dict[str, Any] = {"type": "input_json_delta", "partial_json": json.dumps(answer.input)}
+        stop = "tool_use"
+    else:
+        block, delta, stop = {"type": "text", "text": ""}, {"type": "text_delta", "text": answer}, "end_turn"
     events: list[tuple[str, dict[str, Any]]] = [
         ("message_start", {"type": "message_start", "message": {**message, "stop_reason": None, "usage": usage}}),
-        (
-            "content_block_start",
-            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        ),
-        (
-            "content_block_delta",
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
-        ),
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
         (
             "message_delta",
-            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}},
+            {"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 5}},
         ),
         ("message_stop", {"type": "message_stop"}),
     ]
@@ -95,3 +106,14 @@ def texts(body: dict[str, Any]) -> list[str]:
         elif isinstance(content, list):
             found += [block.get("text", "") for block in content if isinstance(block, dict)]
     return found
+
+
+def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every ``tool_result`` block a request's messages hold, in order."""
+    return [
+        block
+        for message in body.get("messages", [])
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "tool_result"
+    ]
