@@ -171,8 +171,8 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
             assert tool is not None and in_doubt is not None
             answer, error = yield Probe(tool, call)
             if isinstance(answer, NotExecuted):
-                grace = session.heartbeat.guard.absence_needs_wait()
-                if session.heartbeat.guard.wait_before_trusting_absence():
+                grace = session.heartbeat.guard.absence_needs_wait(in_doubt)
+                if session.heartbeat.guard.wait_before_trusting_absence(in_doubt):
                     # The previous holder might have acted while we waited for it to be unable to: ask again.
                     answer, error = yield Probe(tool, call)
                 else:

@@ -9,10 +9,14 @@ time left on a local monotonic clock from the moment that request was sent; it r
 The engine calls it immediately before every tool that is not read-only (``acting``), and a
 tool can call it again itself at the last moment (``current_lease()``).
 
-The other side of the same rule: a process that took a run over from a holder it could not
-prove dead must not trust a probe's "not executed" for a call left in doubt before that
-holder can no longer act (``wait_before_trusting_absence``). See docs/effects.md,
-"Fencing and zombie owners", for the rule and the windows that remain.
+The other side of the same rule: a process that takes a run over must not trust a probe's
+"not executed" about a call left in doubt before whoever started that attempt can no longer
+act (``wait_before_trusting_absence``). The attempt's ledger entry records the fence it started
+under: if that is the fence of the holder we took over from, how we took over says when it can
+no longer act (dead or released: now; expired: ``grace`` after its expiry); an older fence
+means its holder was displaced before our predecessor and may still be frozen mid-act, so we
+wait the full ``grace`` from our acquisition. See docs/effects.md, "Fencing and zombie
+owners", for the rule and the windows that remain.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Literal
 
 from . import clock, owners
 from .errors import LeaseLost, StoreDataLost, UnbrokenError
-from .state import Lease
+from .state import Lease, LedgerEntry
 from .stores.base import Store
 
 TakenHow = Literal["fresh", "released", "dead_holder", "expired_holder"]
@@ -90,7 +94,11 @@ class LeaseGuard:
         # The store set the expiry to (its now + ttl) after we sent the request: measured from
         # the send time on our monotonic clock, the lease is certainly still ours until here.
         self._deadline = sent + ttl
-        self._trust_absence_at = self._absence_trusted_from(lease, clock.monotonic())
+        received = clock.monotonic()
+        self._trust_absence_at = self._absence_trusted_from(lease, received)
+        # The store acquired before we received its answer: a holder whose lease had ended before
+        # that (any holder older than our predecessor) can no longer act ``grace`` after this.
+        self._trust_older_absence_at = received + self.grace
 
     def _absence_trusted_from(self, lease: Lease, received: float) -> float:
         """Local monotonic time from which "not executed" about an in-doubt call is evidence."""
@@ -245,17 +253,32 @@ class LeaseGuard:
 
     # ------------------------------------------------------------------ after a takeover
 
-    def absence_needs_wait(self) -> float:
-        """Seconds still to wait before a "not executed" probe about a call left in doubt by
-        the previous holder is evidence (0 when it already is)."""
-        return max(0.0, self._trust_absence_at - clock.monotonic())
+    def started_before_predecessor(self, entry: LedgerEntry | None) -> bool:
+        """Whether the in-doubt attempt ``entry`` started under a fence older than that of the
+        holder we took the run from: its holder was displaced before our predecessor was, so how
+        our predecessor gave the run up (released, died) says nothing about it. Fences grow by
+        one per acquisition on every store, and a takeover is judged "released" or
+        "dead_holder" only when ours is the next one (``leases._how_taken``), so our predecessor
+        held ``fence - 1``. An entry with no fence (written before fences were recorded, or
+        outside a lease) keeps the predecessor's rule."""
+        started = entry.fence if entry is not None else None
+        return started is not None and started < self.fence - 1
 
-    def wait_before_trusting_absence(self) -> bool:
-        """Call after a probe answered "not executed" for a call left in doubt. Returns False
-        when that answer can be trusted now; otherwise sleeps until the previous holder can
-        no longer act (at most ``grace`` seconds; the heartbeat keeps the lease meanwhile) and
-        returns True: probe again and use the second answer."""
-        wait = self.absence_needs_wait()
+    def absence_needs_wait(self, entry: LedgerEntry | None = None) -> float:
+        """Seconds still to wait before a "not executed" probe about the in-doubt attempt
+        ``entry`` is evidence (0 when it already is): until whoever started that attempt can no
+        longer act. The one place this rule is decided."""
+        trust_at = self._trust_absence_at
+        if self.started_before_predecessor(entry):
+            trust_at = max(trust_at, self._trust_older_absence_at)
+        return max(0.0, trust_at - clock.monotonic())
+
+    def wait_before_trusting_absence(self, entry: LedgerEntry | None = None) -> bool:
+        """Call after a probe answered "not executed" for the in-doubt attempt ``entry``.
+        Returns False when that answer can be trusted now; otherwise sleeps until whoever
+        started it can no longer act (at most ``grace`` seconds; the heartbeat keeps the lease
+        meanwhile) and returns True: probe again and use the second answer."""
+        wait = self.absence_needs_wait(entry)
         if wait <= 0:
             return False
         clock.sleep(wait)

@@ -51,6 +51,7 @@ class EffectLedger:
     def claim(self, call: ToolCall) -> Claim:
         """Durably record the intent to run ``call`` unless its key is already known."""
         now = clock.wall()
+        fence = self._fence()
         entry = LedgerEntry(
             run_id=self.run_id,
             key=call.idempotency_key,
@@ -61,9 +62,10 @@ class EffectLedger:
             attempts=1,
             created_at=now,
             updated_at=now,
+            fence=fence,
         )
         crashpoints.hit("ledger.before_intent")
-        stored, created = self.store.ledger_claim(entry, fence=self._fence())
+        stored, created = self.store.ledger_claim(entry, fence=fence)
         if created:
             crashpoints.hit("ledger.after_intent")
             return Claim("claimed", stored)
@@ -82,10 +84,12 @@ class EffectLedger:
             )
 
     def retry(self, entry: LedgerEntry) -> LedgerEntry:
-        """Record a new attempt of an in-doubt call known to be safe to run again."""
+        """Record a new attempt of an in-doubt call known to be safe to run again, under the
+        current lease's fence (the new attempt is ours)."""
         crashpoints.hit("ledger.before_intent")
-        again = replace(entry, status="pending", attempts=entry.attempts + 1, updated_at=clock.wall())
-        self.store.ledger_put(again, fence=self._fence())
+        fence = self._fence()
+        again = replace(entry, status="pending", attempts=entry.attempts + 1, updated_at=clock.wall(), fence=fence)
+        self.store.ledger_put(again, fence=fence)
         crashpoints.hit("ledger.after_intent")
         return again
 

@@ -415,9 +415,14 @@ class LedgerEntry:
     result: ToolResult | None = None
     created_at: float = field(default_factory=clock.wall)
     updated_at: float = field(default_factory=clock.wall)
+    fence: int | None = None
+    """The lease fence under which this attempt started (``claim``, ``retry``): who may still be
+    acting on it if it is left in doubt (``fencing.LeaseGuard.absence_needs_wait``). None for an
+    entry written outside a lease, or before the field existed (such entries omit it in JSON, so
+    their checksums are unchanged)."""
 
     def to_json(self) -> dict[str, JSONValue]:
-        return {
+        data: dict[str, JSONValue] = {
             "run_id": self.run_id,
             "key": self.key,
             "call_id": self.call_id,
@@ -429,6 +434,9 @@ class LedgerEntry:
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
+        if self.fence is not None:
+            data["fence"] = self.fence
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, JSONValue]) -> LedgerEntry:
@@ -444,6 +452,7 @@ class LedgerEntry:
             result=ToolResult.from_json(result) if result else None,
             created_at=data["created_at"],
             updated_at=data["updated_at"],
+            fence=data.get("fence"),
         )
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from unbroken import Agent, LeaseLost, ScriptedModel, Store, ToolCall, current_lease, open_store, owners, tool
 from unbroken.leases import _boot_id, _pid_namespace, _proc_stat, make_owner, owner_is_dead, take_lease
+from unbroken.state import LedgerEntry
 
 RUN = "guarded-run"
 
@@ -99,6 +100,20 @@ def test_a_lease_taken_after_expiry_waits_the_grace_before_trusting_not_executed
     successor = take_lease(store, RUN, make_owner(), 5, grace=3)
     assert successor.takeover.how == "expired_holder"
     assert 1.5 < successor.absence_needs_wait() <= 3
+
+
+def in_doubt(fence: int | None) -> LedgerEntry:
+    return LedgerEntry(RUN, "ub_key", "call_0", "charge", "h", "pending", 1, None, 1000.0, 1000.0, fence)
+
+
+def test_an_attempt_started_before_our_predecessor_waits_the_full_grace_even_after_a_release(store: Store) -> None:
+    take_lease(store, RUN, make_owner(), 5).release()  # fence 1: its attempt may still be in flight
+    take_lease(store, RUN, make_owner(), 5).release()  # fence 2: our predecessor, released cleanly
+    successor = take_lease(store, RUN, make_owner(), 5, grace=3)
+    assert successor.takeover.how == "released" and successor.fence == 3
+    assert successor.absence_needs_wait(in_doubt(2)) == 0  # the predecessor's own attempt
+    assert successor.absence_needs_wait(in_doubt(None)) == 0  # an entry written before fences were kept
+    assert 2.5 < successor.absence_needs_wait(in_doubt(1)) <= 3
 
 
 def test_a_tool_can_check_its_lease_and_read_the_fencing_token(store: Store, tmp_path: Path) -> None:

@@ -13,7 +13,13 @@ import shutil
 import subprocess
 
 import pytest
-from zombie_world import RUN_ID, ZombieWorld, frozen_inside_a_tool_that_checks, frozen_inside_the_tool
+from zombie_world import (
+    RUN_ID,
+    ZombieWorld,
+    frozen_inside_a_tool_that_checks,
+    frozen_inside_the_tool,
+    frozen_then_a_middle_holder_dies,
+)
 
 from unbroken.leases import owner_is_dead
 
@@ -53,6 +59,15 @@ def test_a_takeover_trusts_not_executed_only_after_the_expired_holders_grace(wor
     second, woke = frozen_inside_the_tool(world)
     assert woke["error"] == "LeaseLost"  # it charged, then its save was refused
     assert second["status"] == "completed" and second["reconciled"] == [["toolu_charge", "charge", "probed"]]
+    assert world.charges() == 1
+
+
+def test_the_grace_of_a_frozen_holder_outlives_the_death_of_the_holder_after_it(world: ZombieWorld) -> None:
+    # The third took the run from a holder proven dead, but the attempt in doubt was the first's
+    # (an older fence, recorded in its ledger entry): it waits the full grace before trusting.
+    third, woke = frozen_then_a_middle_holder_dies(world)
+    assert woke["error"] == "LeaseLost"  # it charged, then its save was refused
+    assert third["status"] == "completed" and third["reconciled"] == [["toolu_charge", "charge", "probed"]]
     assert world.charges() == 1
 
 

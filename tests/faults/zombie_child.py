@@ -87,7 +87,7 @@ def main() -> int:
     parser.add_argument("--gil-fd", type=int, default=-1)
     parser.add_argument("--tool-checks", action="store_true", help="the tool checks its lease right before charging")
     parser.add_argument(
-        "--without-fencing", default="", help="check,grace,owner,tool,alive (or all): parts to switch off"
+        "--without-fencing", default="", help="check,grace,inherit,owner,tool,alive (or all): parts to switch off"
     )
     parser.add_argument(
         "--wait-after-open",
@@ -196,10 +196,12 @@ def switch_fencing_off(parts: str) -> set[str]:
     before acting), ``grace`` (no wait after a takeover), ``owner`` (a holder is judged dead by
     its pid alone, as before boot id and PID namespace were compared), ``tool`` (the tool does
     not check its lease itself), ``alive`` (a holder alive on this host is taken over once a
-    clock says its lease expired), ``acting`` (a tool left running by its interrupted call is
-    not counted: the lease is released at once), ``service-clock`` (S3: the service's clock is
-    this machine's wall clock plus an offset read once, at open), ``boot-clock`` (SQLite, the
-    file store: leases judged on the wall clock). Returns the parts switched off."""
+    clock says its lease expired), ``inherit`` (an attempt in doubt is judged by how our
+    predecessor gave the run up, even when an older holder started it), ``acting`` (a tool left
+    running by its interrupted call is not counted: the lease is released at once),
+    ``service-clock`` (S3: the service's clock is this machine's wall clock plus an offset read
+    once, at open), ``boot-clock`` (SQLite, the file store: leases judged on the wall clock).
+    Returns the parts switched off."""
     from unbroken import fencing, leases, owners
 
     checked_acting = fencing.LeaseGuard.acting
@@ -218,7 +220,7 @@ def switch_fencing_off(parts: str) -> set[str]:
         return stat is None or stat[1] != parts[2]
 
     off = (
-        {"check", "grace", "owner", "tool", "alive", "acting", "service-clock"}
+        {"check", "grace", "inherit", "owner", "tool", "alive", "acting", "service-clock"}
         if parts == "all"
         else set(parts.split(","))
     )
@@ -246,7 +248,9 @@ def switch_fencing_off(parts: str) -> set[str]:
     if "check" in off:
         fencing.LeaseGuard.acting = acting  # type: ignore[method-assign]
     if "grace" in off:
-        fencing.LeaseGuard.wait_before_trusting_absence = lambda self: False  # type: ignore[method-assign]
+        fencing.LeaseGuard.wait_before_trusting_absence = lambda self, entry=None: False  # type: ignore[method-assign]
+    if "inherit" in off:
+        fencing.LeaseGuard.started_before_predecessor = lambda self, entry: False  # type: ignore[method-assign]
     if "owner" in off:
         leases.owner_is_dead = pid_only_is_dead
     return off

@@ -16,8 +16,8 @@ from unbroken import open_store
 CHILD = Path(__file__).with_name("zombie_child.py")
 RUN_ID = "zombie-run"
 TIMEOUT = 30.0  # generous: the CI machine is loaded
-# Set ZOMBIE_WITHOUT_FENCING=all (or check, grace, owner, tool, alive, acting) to run every child with that part of
-# the mechanism switched off: the tests that rely on it must then fail (that is how they were
+# Set ZOMBIE_WITHOUT_FENCING=all (or check, grace, inherit, owner, tool, alive, acting) to run every
+# child with that part of the mechanism switched off: the tests that rely on it must then fail (that is how they were
 # checked; see zombie_child.switch_fencing_off).
 _OFF = os.environ.get("ZOMBIE_WITHOUT_FENCING", "")
 WITHOUT_FENCING = ("--without-fencing", _OFF) if _OFF else ()
@@ -153,3 +153,24 @@ def frozen_inside_the_tool(world: ZombieWorld) -> tuple[dict[str, Any], dict[str
     os.kill(first.pid, signal.SIGCONT)
     woke = world.finish(first)
     return world.finish(taker), woke
+
+
+def frozen_then_a_middle_holder_dies(world: ZombieWorld) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The first holder (another host's name) SIGSTOPs inside the tool, past the engine's check.
+    Once its lease expired, a middle process takes the run over and is SIGKILLed while it waits
+    out the first's grace; a third proves the middle dead (this host) and takes over (grace 1.5
+    s): once its probe has said "not executed", the first is continued and charges.
+    Returns (the third's outcome, the first's outcome after waking)."""
+    first = world.start("first", "--elsewhere", "--pause", "tool-sigstop", "--ttl", "1")
+    world.wait_for("first", "paused", first)
+    world.wait_stopped(first)
+    world.wait_lease_expired()
+    middle = world.start("middle", "--ttl", "5")
+    world.wait_for("middle", "probed", middle)  # it now waits out the first's grace (5 s)
+    middle.kill()
+    middle.communicate()
+    third = world.start("third", "--ttl", "1.5")
+    world.wait_for("third", "probed", third)  # "not executed", from the first's attempt: not yet evidence
+    os.kill(first.pid, signal.SIGCONT)
+    woke = world.finish(first)
+    return world.finish(third), woke

@@ -24,7 +24,7 @@ SHIP_THEN_LOOK = [
     },
     {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "usage": {}},
 ]
-ONE_ATTEMPT = Scenario(1, ("h0", "h0"), SHIP_THEN_LOOK, agent_options={"max_attempts": 1})
+ONE_ATTEMPT = Scenario(1, ("h0", "h1"), SHIP_THEN_LOOK, agent_options={"max_attempts": 1})
 
 # p1 claims the call and freezes before starting it; p0 takes the run over once p1's lease has
 # expired, finds the call past its one attempt, asks the probe (never ran: "NOT DONE"), and the

@@ -1,4 +1,5 @@
-"""Row <-> LedgerEntry conversions shared by the SQL stores."""
+"""Row <-> LedgerEntry conversions shared by the SQL stores (columns in the order of
+``ledger_to_row``; the entry's ``fence`` is the column ``lease_fence``)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ def ledger_to_row(entry: LedgerEntry, dumps: Callable[[Any], str]) -> tuple[Any,
         result,
         entry.created_at,
         entry.updated_at,
+        entry.fence,
     )
 
 
 def ledger_from_row(row: Sequence[Any]) -> LedgerEntry:
-    key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at = row
+    key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, fence = row
     return LedgerEntry(
         run_id=run_id,
         key=key,
@@ -38,4 +40,5 @@ def ledger_from_row(row: Sequence[Any]) -> LedgerEntry:
         result=ToolResult.from_json(json.loads(result)) if result else None,
         created_at=created_at,
         updated_at=updated_at,
+        fence=fence,
     )

@@ -59,7 +59,7 @@ _STORE_OPTIONS = frozenset({"schema", "pool_size", "retry_for", "durability"})
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _MIGRATION_FILE = re.compile(r"(\d{4})_(\w+)\.sql")
 _LEDGER_FIELDS = ("key", "run_id", "call_id", "tool", "args_hash", "status", "attempts", "result")
-_LEDGER_TIMES = ("created_at", "updated_at")
+_LEDGER_TIMES = ("created_at", "updated_at", "lease_fence")
 _RECORD_MIGRATION = "INSERT INTO unbroken_migrations (version, name) VALUES (%s, %s)"
 _MAX_SEQ = 2**63 - 1  # bigint's largest: "no upper bound" for a seq
 _STREAM_ROWS = 1000
@@ -638,7 +638,7 @@ def _ledger_params(sealed: SealedEntry, fence: int | None) -> dict[str, Any]:
 
 
 def _sealed(row: Sequence[Any]) -> SealedEntry:
-    return SealedEntry(ledger_from_row(row[:10]), row[10])
+    return SealedEntry(ledger_from_row(row[:11]), row[11])
 
 
 def _ledger_json(entries: Sequence[SealedEntry]) -> str:

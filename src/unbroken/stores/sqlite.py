@@ -41,8 +41,9 @@ from ._rows import ledger_from_row, ledger_to_row
 from .backend import Refused, RunHead, SealedEntry, Submission
 from .base import Store
 
-STORE_SCHEMA = 6
-"""6: unbroken_queue_order (queued runs read a page at a time); 5: ledger keyed by (run_id, key);
+STORE_SCHEMA = 7
+"""7: unbroken_effects.lease_fence (the fence an attempt started under);
+6: unbroken_queue_order (queued runs read a page at a time); 5: ledger keyed by (run_id, key);
 4: unbroken_segments (older records packed); 3: the unbroken_append view; 2: ledger checksums."""
 BUSY_TIMEOUT_MS = 10_000
 PAGE_SIZE = 4096
@@ -56,7 +57,9 @@ KEEP_RECENT = 32
 """The most recent save points of a run always stay one row each in ``unbroken_records``."""
 PACK_BATCH = 256
 """Older save points are packed into segment rows of this many (``_sqlite_segments``)."""
-_LEDGER_COLUMNS = "key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum"
+_LEDGER_COLUMNS = (
+    "key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, lease_fence, checksum"
+)
 
 
 class SQLiteStore(Store):
@@ -193,6 +196,8 @@ class SQLiteStore(Store):
             if 0 < version < 5:
                 for statement in _statements(sql_files.joinpath("sqlite_ledger_per_run.sql").read_text()):
                     conn.execute(statement)
+            if 0 < version < 7:
+                conn.execute("ALTER TABLE unbroken_effects ADD COLUMN lease_fence INTEGER")
             if version < STORE_SCHEMA:
                 for statement in _statements(schema):
                     conn.execute(statement)
@@ -525,11 +530,11 @@ class SQLiteStore(Store):
 
     def _upsert(self, conn: sqlite3.Connection, sealed: SealedEntry) -> None:
         conn.execute(
-            f"INSERT INTO unbroken_effects ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            f"INSERT INTO unbroken_effects ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (run_id, key) DO UPDATE SET status=excluded.status, attempts=excluded.attempts, "
             "result=excluded.result, updated_at=excluded.updated_at, args_hash=excluded.args_hash, "
             "call_id=excluded.call_id, tool=excluded.tool, created_at=excluded.created_at, "
-            "checksum=excluded.checksum",
+            "lease_fence=excluded.lease_fence, checksum=excluded.checksum",
             (*ledger_to_row(sealed.entry, dumps), sealed.checksum),
         )
 
@@ -658,4 +663,4 @@ def _head_values(head: RunHead) -> tuple[Any, ...]:
 
 
 def _sealed(row: Sequence[Any]) -> SealedEntry:
-    return SealedEntry(ledger_from_row(row[:10]), row[10])
+    return SealedEntry(ledger_from_row(row[:11]), row[11])

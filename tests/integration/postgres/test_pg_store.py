@@ -3,6 +3,7 @@ database clock, the ledger's insert-if-absent, URLs and error messages, and migr
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Generator
@@ -262,7 +263,7 @@ def test_migration_6_keys_the_ledger_by_run_and_keeps_the_entries_written_before
             conn.execute(
                 "INSERT INTO unbroken_effects (key, run_id, call_id, tool, args_hash, status, attempts, result, "
                 "created_at, updated_at, checksum) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (*ledger_to_row(old, dumps), entry_checksum(old)),
+                (*ledger_to_row(old, dumps)[:10], entry_checksum(old)),  # no lease_fence before 0007
             )
         with PostgresStore(url) as store:  # applies 0006
             assert store.ledger_list("victim") == [old]
@@ -272,6 +273,33 @@ def test_migration_6_keys_the_ledger_by_run_and_keeps_the_entries_written_before
         with connect() as conn:
             rows = conn.execute(f'SELECT version FROM "{schema}".unbroken_migrations ORDER BY version').fetchall()
         assert [row[0] for row in rows] == [m.version for m in every]
+
+
+def test_migration_7_adds_the_ledger_fence_and_keeps_the_entries_written_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import unbroken.stores.postgres as postgres_module
+    from unbroken.codec import dumps
+    from unbroken.stores._rows import ledger_to_row
+    from unbroken.stores.backend import entry_checksum
+
+    every = migrations()
+    with fresh_schema() as (schema, url):
+        with monkeypatch.context() as patched, connect(schema) as conn:
+            patched.setattr(postgres_module, "migrations", lambda: every[:6])  # a store of the code before 0007
+            migrate(conn, schema, fresh_from_schema_file=False)
+            old = LedgerEntry("run", "k-1", "call_0", "pay", "h", "pending", 1, None, 1000.0, 1000.0)
+            conn.execute(
+                "INSERT INTO unbroken_effects (key, run_id, call_id, tool, args_hash, status, attempts, result, "
+                "created_at, updated_at, checksum) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (*ledger_to_row(old, dumps)[:10], entry_checksum(old)),
+            )
+        with PostgresStore(url) as store:  # applies 0007
+            assert store.ledger_list("run") == [old] and old.fence is None  # its checksum still holds
+            lease = store.acquire_lease("run", "worker-1", 60.0)
+            retried = dataclasses.replace(old, attempts=2, fence=lease.fence)
+            store.ledger_put(retried, fence=lease.fence)
+            assert store.ledger_get("run", "k-1") == retried
 
 
 def test_migration_files_are_numbered_without_gaps() -> None:

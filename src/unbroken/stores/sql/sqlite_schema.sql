@@ -1,9 +1,10 @@
--- unbroken's SQLite schema, version 6. Applied (in one write transaction) only when a store file is
+-- unbroken's SQLite schema, version 7. Applied (in one write transaction) only when a store file is
 -- new or older: opening an up-to-date file never takes the write lock. Every statement is
 -- idempotent (IF NOT EXISTS), so upgrading a version 2 to 5 file runs this same script (version 3
 -- added only the unbroken_append view and its trigger, version 4 only unbroken_segments; version 5
 -- keys the ledger by (run_id, key): sqlite_ledger_per_run.sql rebuilds an older file's table first;
--- version 6 only adds the index unbroken_queue_order).
+-- version 6 only adds the index unbroken_queue_order; version 7 only adds unbroken_effects.lease_fence,
+-- with ALTER TABLE on an older file, before this script runs).
 -- Statements end with ';' at the end of a line; the loader cuts them with sqlite3.complete_statement
 -- (a trigger body holds ';').
 -- One row per run: the cheap summary for listings, plus the lease (owner, fence, expiry).
@@ -61,6 +62,7 @@ CREATE TABLE IF NOT EXISTS unbroken_effects (
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     checksum   TEXT, -- of the entry's JSON, checked on every read (NULL: written by store schema 1)
+    lease_fence INTEGER, -- the lease fence the attempt started under (NULL: before schema 7, or no lease)
     PRIMARY KEY (run_id, key)
 );
 CREATE INDEX IF NOT EXISTS unbroken_effects_run ON unbroken_effects (run_id, created_at);
@@ -103,4 +105,4 @@ BEGIN
     VALUES (NEW.run_id, NEW.seq, NEW.label, NEW.snapshot, NEW.body, NEW.checksum);
 END;
 
-INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '6');
+INSERT OR IGNORE INTO unbroken_meta (key, value) VALUES ('store_schema', '7');

@@ -74,6 +74,33 @@ class LedgerContract(ContractBase):
             assert store.ledger_get("run-with-ledger", entry.key) == entry
         assert store.ledger_list("run-with-ledger") == entries
 
+    def test_the_fence_an_attempt_started_under_round_trips(self, store: Store) -> None:
+        # The takeover rule reads it back (fencing.LeaseGuard.started_before_predecessor).
+        writer = RunWriter(store, "run-fence")
+        writer.save("created")
+        lease = store.acquire_lease("run-fence", "worker-1", 60.0)
+        claimed = ledger_entry("run-fence", "call_1", fence=lease.fence)
+        assert store.ledger_claim(claimed, fence=lease.fence) == (claimed, True)
+        retried = ledger_entry("run-fence", "call_2", fence=lease.fence, attempts=3, created_at=1001.0)
+        store.ledger_put(retried, fence=lease.fence)
+        done = ledger_entry(
+            "run-fence",
+            "call_3",
+            fence=lease.fence,
+            status="succeeded",
+            result=ToolResult(call_id="call_3", content="ok"),
+            created_at=1002.0,
+        )
+        writer.save("with an outcome", fence=lease.fence, ledger=[done])
+        unfenced = ledger_entry("run-fence", "call_4", created_at=1003.0)  # written outside a lease
+        store.ledger_put(unfenced)
+
+        every = [claimed, retried, done, unfenced]
+        assert [store.ledger_get("run-fence", entry.key) for entry in every] == every
+        assert store.ledger_list("run-fence") == every
+        assert store.ledger_page("run-fence", limit=10) == every[::-1]
+        assert [entry.fence for entry in every] == [lease.fence] * 3 + [None]
+
     def test_ledger_get_does_not_see_entries_of_another_run(self, store: Store) -> None:
         entry = ledger_entry("run-owner")
         store.ledger_put(entry)

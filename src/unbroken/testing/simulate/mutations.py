@@ -44,7 +44,13 @@ def no_lease_check() -> AbstractContextManager[None]:
 
 def no_grace() -> AbstractContextManager[None]:
     """``fencing.LeaseGuard.wait_before_trusting_absence`` trusts "not executed" at once."""
-    return _patched(fencing.LeaseGuard, "wait_before_trusting_absence", lambda self: False)
+    return _patched(fencing.LeaseGuard, "wait_before_trusting_absence", lambda self, entry=None: False)
+
+
+def grace_not_inherited() -> AbstractContextManager[None]:
+    """``fencing.LeaseGuard.started_before_predecessor`` says no: an in-doubt attempt is judged
+    by how our predecessor gave the run up, even when an older, displaced holder started it."""
+    return _patched(fencing.LeaseGuard, "started_before_predecessor", lambda self, entry: False)
 
 
 @contextmanager
@@ -104,6 +110,7 @@ def naive_usage() -> AbstractContextManager[None]:
 MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "lease_check": no_lease_check,
     "grace": no_grace,
+    "grace_inheritance": grace_not_inherited,
     "write_fencing": no_write_fencing,
     "occurrence_keys": calls_keyed_by_id,
     "usage_guard": naive_usage,

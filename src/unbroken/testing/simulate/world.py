@@ -18,7 +18,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ... import crashpoints, leases
+from ... import crashpoints, leases, owners
 from ...codec import EncodedSave
 from ...errors import UnbrokenError
 from ...runner import Agent
@@ -227,6 +227,25 @@ class World:
             return False
         return process.dead or process.incarnation != incarnation
 
+    def owner_is_alive(self, owner: str) -> bool:
+        """The world's answer to ``owners.owner_is_alive``, provable only on the same host: another
+        process that runs (even frozen) in the incarnation that made the name, whether or not its
+        call has ended (it cannot know); the asking process's own name only while its call is in
+        progress or a tool of its may still act."""
+        known = self.owners.get(owner)
+        asking = self.current()
+        if known is None or asking is None:
+            return False
+        process, incarnation = known
+        if process.host != asking.host or process.dead or process.incarnation != incarnation:
+            return False
+        if process is not asking:
+            return True
+        if owner in process.ended:
+            return False
+        in_call = process.owner == owner and process.guard is not None
+        return in_call or any(job.deadline is not None for job in process.jobs + process.orphans)
+
     # ------------------------------------------------------------------ faults
 
     def arm(self, process: int, primitive: str, fault: str, number: float) -> None:
@@ -418,15 +437,17 @@ class World:
 
     @contextlib.contextmanager
     def _seams(self) -> Iterator[None]:
-        """Answer "is that process dead" from this world, and see every crash point reached."""
-        real = leases.owner_is_dead
+        """Answer "is that process dead" and "is it alive" from this world, and see every crash
+        point reached."""
+        real_dead, real_alive = leases.owner_is_dead, owners.owner_is_alive
         leases.owner_is_dead = self.owner_is_dead
+        owners.owner_is_alive = self.owner_is_alive
         crashpoints.observe(self.on_crash_point)
         try:
             yield
         finally:
             crashpoints.observe(None)
-            leases.owner_is_dead = real
+            leases.owner_is_dead, owners.owner_is_alive = real_dead, real_alive
 
 
 def draw_scenario(

@@ -18,17 +18,18 @@ WITH advanced AS (
     RETURNING seq
 ), ledger AS (
     INSERT INTO unbroken_effects AS e
-           (key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum)
+           (key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, lease_fence, checksum)
     SELECT l.key, l.run_id, l.call_id, l.tool, l.args_hash, l.status, l.attempts, l.result,
-           l.created_at, l.updated_at, l.checksum
+           l.created_at, l.updated_at, l.lease_fence, l.checksum
       FROM advanced, jsonb_to_recordset(%(ledger)s::jsonb) AS l(
            key text, run_id text, call_id text, tool text, args_hash text, status text,
            attempts integer, result text, created_at double precision, updated_at double precision,
-           checksum text)
+           lease_fence bigint, checksum text)
     ON CONFLICT (run_id, key) DO UPDATE
        SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, result = EXCLUDED.result,
            updated_at = EXCLUDED.updated_at, args_hash = EXCLUDED.args_hash, call_id = EXCLUDED.call_id,
-           tool = EXCLUDED.tool, created_at = EXCLUDED.created_at, checksum = EXCLUDED.checksum
+           tool = EXCLUDED.tool, created_at = EXCLUDED.created_at, lease_fence = EXCLUDED.lease_fence,
+           checksum = EXCLUDED.checksum
     RETURNING key
 )
 SELECT count(*) FROM record
@@ -77,42 +78,43 @@ DELETE FROM unbroken_runs WHERE run_id = %(run_id)s
 -- name: ledger_upsert
 -- Written only while the run's fence is still ours (or no fence is given).
 INSERT INTO unbroken_effects AS e
-       (key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum)
+       (key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, lease_fence, checksum)
 SELECT %(key)s, %(run_id)s, %(call_id)s, %(tool)s, %(args_hash)s, %(status)s, %(attempts)s, %(result)s,
-       %(created_at)s, %(updated_at)s, %(checksum)s
+       %(created_at)s, %(updated_at)s, %(lease_fence)s, %(checksum)s
  WHERE %(fence)s::bigint IS NULL
     OR EXISTS (SELECT 1 FROM unbroken_runs WHERE run_id = %(run_id)s AND fence = %(fence)s::bigint)
 ON CONFLICT (run_id, key) DO UPDATE
    SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, result = EXCLUDED.result,
        updated_at = EXCLUDED.updated_at, args_hash = EXCLUDED.args_hash, call_id = EXCLUDED.call_id,
-       tool = EXCLUDED.tool, created_at = EXCLUDED.created_at, checksum = EXCLUDED.checksum
+       tool = EXCLUDED.tool, created_at = EXCLUDED.created_at, lease_fence = EXCLUDED.lease_fence,
+           checksum = EXCLUDED.checksum
 RETURNING key
 
 -- name: ledger_claim
 -- Insert-if-absent: RETURNING says whether this call inserted the key.
 INSERT INTO unbroken_effects
-       (key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum)
+       (key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, lease_fence, checksum)
 SELECT %(key)s, %(run_id)s, %(call_id)s, %(tool)s, %(args_hash)s, %(status)s, %(attempts)s, %(result)s,
-       %(created_at)s, %(updated_at)s, %(checksum)s
+       %(created_at)s, %(updated_at)s, %(lease_fence)s, %(checksum)s
  WHERE %(fence)s::bigint IS NULL
     OR EXISTS (SELECT 1 FROM unbroken_runs WHERE run_id = %(run_id)s AND fence = %(fence)s::bigint)
 ON CONFLICT (run_id, key) DO NOTHING
 RETURNING key
 
 -- name: ledger_get
-SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum
+SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, lease_fence, checksum
   FROM unbroken_effects WHERE run_id = %(run_id)s AND key = %(key)s
 
 -- name: ledger_list
-SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum
+SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, lease_fence, checksum
   FROM unbroken_effects WHERE run_id = %(run_id)s ORDER BY created_at, key
 
 -- name: ledger_newest
-SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum
+SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, lease_fence, checksum
   FROM unbroken_effects WHERE run_id = %(run_id)s ORDER BY created_at DESC, key COLLATE "C" DESC LIMIT %(limit)s
 
 -- name: ledger_before
-SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, checksum
+SELECT key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, lease_fence, checksum
   FROM unbroken_effects WHERE run_id = %(run_id)s AND (created_at, key COLLATE "C") < (%(at)s, %(key)s)
   ORDER BY created_at DESC, key COLLATE "C" DESC LIMIT %(limit)s
 

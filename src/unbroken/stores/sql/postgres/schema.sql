@@ -45,6 +45,7 @@ CREATE TABLE unbroken_effects (
     created_at double precision NOT NULL,
     updated_at double precision NOT NULL,
     checksum   text,
+    lease_fence bigint, -- the lease fence the attempt started under (0007; NULL: before, or no lease)
     PRIMARY KEY (run_id, key)
 );
 CREATE INDEX unbroken_effects_run ON unbroken_effects (run_id, created_at);
