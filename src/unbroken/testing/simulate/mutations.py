@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from ... import fencing, session, usage
+from ... import codec, fencing, session, usage
 from ...model import ProposedCall
 from ...state import ToolCall, idempotency_key
 from ...stores import base
@@ -107,6 +107,12 @@ def naive_usage() -> AbstractContextManager[None]:
     return _patched(usage, "account_turn", account_turn)
 
 
+def no_write_time_check() -> AbstractContextManager[None]:
+    """``codec.accept_before_save`` lets every save through: a state no load accepts (an agent
+    configured with ``business_state_version=-1``) is written and acknowledged."""
+    return _patched(codec, "accept_before_save", lambda fields, state: None)
+
+
 MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "lease_check": no_lease_check,
     "grace": no_grace,
@@ -114,15 +120,11 @@ MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "write_fencing": no_write_fencing,
     "occurrence_keys": calls_keyed_by_id,
     "usage_guard": naive_usage,
+    "write_time_check": no_write_time_check,
 }
 """Each switched-off defence, by name."""
 
 PENDING: dict[str, str] = {
-    # TODO(lead): the write-time check landed (codec.accept_before_save); switching it off shows
-    # nothing here yet: the provider adapters and usage.account_turn already drop every odd usage
-    # value, and nothing else the simulator draws is unloadable. A drawn value that passes JSON
-    # but not acceptance is needed (e.g. business_state from a tool) to give it a row.
-    "write_time_check": "codec.accept_before_save off: an acknowledged save that does not load (`saves_load`)",
     # TODO(lead): add the switch point when it lands on main.
     "durability_preconditions": (
         "side effects run on a store that cannot keep the ledger across the faults it meets; `effects_once` "

@@ -20,7 +20,7 @@ from typing import Any
 
 from ... import crashpoints, leases, owners
 from ...codec import EncodedSave
-from ...errors import UnbrokenError
+from ...errors import UnbrokenError, UnloadableState
 from ...runner import Agent
 from ...state import TERMINAL_PHASES
 from ...stores.backend import RunHead
@@ -77,6 +77,9 @@ class Journal:
     """Data the store lost (as its durability permits): invariants broken after one are its cost."""
     rewritten: set[str] = field(default_factory=set)
     ends: list[str] = field(default_factory=list)
+    refused: set[str] = field(default_factory=set)
+    """Runs whose save the write-time check refused (``UnloadableState``): each ended with that
+    clear error, nothing unloadable was written, so it counts as finished."""
     trace: list[str] = field(default_factory=list)
 
 
@@ -307,6 +310,8 @@ class World:
         what = "returned" if error is None else f"raised {type(error).__name__}: {error}"
         self.journal.trace.append(f"p{process.index} run call {what}")
         self.journal.ends.append(type(error).__name__ if error is not None else "returned")
+        if isinstance(error, UnloadableState) and process.session is not None:
+            self.journal.refused.add(process.session.run_id)
 
     def phase(self, run_id: str) -> str | None:
         """The run's phase as last saved (None: never saved), read from the store as it is (read
@@ -326,7 +331,8 @@ class World:
         return phase
 
     def finished(self, run_id: str) -> bool:
-        return self.phase(run_id) in STOPPED
+        """The run stopped (a final phase or paused), or ended refusing a save no load accepts."""
+        return run_id in self.journal.refused or self.phase(run_id) in STOPPED
 
     def remove_runs(self) -> None:
         for run_id in self.run_ids:
@@ -450,6 +456,14 @@ class World:
             leases.owner_is_dead, owners.owner_is_alive = real_dead, real_alive
 
 
+ODD_CONFIG: tuple[int, ...] = (-1, 2**53)
+"""``business_state_version`` values an operator may configure that JSON carries but no load
+accepts (``acceptance.accept_fields``): what the write-time check (``codec.accept_before_save``)
+must refuse before the first save is acknowledged."""
+ODD_CONFIG_RATE = 0.04
+"""How often a scenario's agent is configured with one of them."""
+
+
 def draw_scenario(
     rng: random.Random, script: Callable[[random.Random], list[dict[str, Any]]], name: str = "sim"
 ) -> Scenario:
@@ -461,6 +475,9 @@ def draw_scenario(
         "snapshot_every": rng.choice((2, 5, 50)),
         "max_attempts": rng.choice((1, 3, 3)),
     }
+    config = random.Random(f"{name}:config")  # its own stream: the rest of the seed draws as before
+    if config.random() < ODD_CONFIG_RATE:
+        options["business_state_version"] = config.choice(ODD_CONFIG)
     concurrent = tuple(rng.random() < 0.4 for _ in hosts)
     last_first = rng.random() < 0.5
     return Scenario(
