@@ -6,7 +6,8 @@ must be checked against before side effects are run on it."""
 from __future__ import annotations
 
 from unbroken.testing.simulate import from_text, play
-from unbroken.testing.simulate.lossy import ForgetfulStore
+from unbroken.testing.simulate.lossy import ForgetfulStore, evicting
+from unbroken.testing.simulate.mutations import MUTATIONS
 from unbroken.testing.simulate.world import Scenario
 
 PAY_ONCE = [
@@ -31,3 +32,30 @@ def test_a_restart_that_loses_the_last_second_repeats_a_side_effect_and_is_repor
 def test_the_same_schedule_without_the_loss_keeps_every_invariant() -> None:
     outcome = play(SCENARIO, from_text("advance p0 1\nstep p0 6\nstep p1 8"), ForgetfulStore)
     assert not outcome.failed and not outcome.after_loss
+
+
+EVICT_THE_RUN = "step p0 6\nevict p0 -1\nstep p1 12"
+"""p0 pays; the server evicts the run's head (the last key: the whole run goes); p1 starts it over."""
+
+
+def test_a_store_whose_server_may_evict_is_refused_at_open_and_nothing_runs() -> None:
+    """The world opens a store that declares its settings through the Redis store's own check:
+    an ``allkeys-lru`` server is refused with the reason, no side effect runs, nothing breaks."""
+    outcome = play(SCENARIO, from_text(EVICT_THE_RUN), evicting)
+    assert not outcome.failed and not outcome.after_loss
+    assert "maxmemory-policy=allkeys-lru" in outcome.trace[0] and "noeviction" in outcome.trace[0]
+    assert len(outcome.trace) == 1  # refused before anything ran
+
+
+def test_with_the_eviction_check_off_an_evicted_ledger_repeats_a_payment() -> None:
+    with MUTATIONS["durability_preconditions"]():
+        outcome = play(SCENARIO, from_text(EVICT_THE_RUN), evicting)
+    assert "effects_once" in {violation.invariant for violation in outcome.violations}
+    assert any(line.startswith("the store evicted") for line in outcome.trace)
+
+
+def test_a_server_whose_policy_never_evicts_keeps_every_key() -> None:
+    store = ForgetfulStore()
+    outcome = play(SCENARIO, from_text(EVICT_THE_RUN), lambda: store)
+    assert not outcome.failed and not outcome.after_loss
+    assert not any("evicted" in line for line in outcome.trace)

@@ -11,7 +11,7 @@ from unbroken.stores.base import Store
 from unbroken.stores.memory import InMemoryStore
 from unbroken.testing.simulate import shrink
 from unbroken.testing.simulate.broken import BROKEN
-from unbroken.testing.simulate.mutations import MUTATIONS
+from unbroken.testing.simulate.mutations import MUTATIONS, store_of
 from unbroken.testing.simulate.table import first_failure
 
 SKIP = frozenset(KNOWN_HOLES)
@@ -21,10 +21,10 @@ PINNED: dict[str, str] = {}
 
 @pytest.mark.parametrize("name", sorted(set(MUTATIONS) - set(PINNED)))
 def test_each_switched_off_defence_is_found(name: str) -> None:
-    found, _ = first_failure(range(WITHIN), switch=MUTATIONS[name], skip=SKIP)
+    found, _ = first_failure(range(WITHIN), store_of(name), switch=MUTATIONS[name], skip=SKIP)
     assert found is not None, f"{name} switched off went unnoticed for {WITHIN} seeds"
     with MUTATIONS[name]():
-        shrunk = shrink(found.seed, found, budget=40)
+        shrunk = shrink(found.seed, found, store_of(name), budget=40)
     assert shrunk.failed and len(shrunk.actions) <= len(found.actions)
 
 

@@ -15,7 +15,9 @@ from typing import Any
 from ... import codec, fencing, session, usage
 from ...model import ProposedCall
 from ...state import ToolCall, idempotency_key
-from ...stores import base
+from ...stores import _redis_settings, base
+from ...stores.memory import InMemoryStore
+from .lossy import evicting
 
 
 @contextmanager
@@ -113,6 +115,12 @@ def no_write_time_check() -> AbstractContextManager[None]:
     return _patched(codec, "accept_before_save", lambda fields, state: None)
 
 
+def no_eviction_check() -> AbstractContextManager[None]:
+    """``stores._redis_settings.check_eviction`` accepts every ``maxmemory-policy``: a store
+    whose server evicts run keys under memory pressure is opened, and side effects run on it."""
+    return _patched(_redis_settings, "check_eviction", lambda policy, where, *, assumed_safe: None)
+
+
 MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "lease_check": no_lease_check,
     "grace": no_grace,
@@ -121,14 +129,19 @@ MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "occurrence_keys": calls_keyed_by_id,
     "usage_guard": naive_usage,
     "write_time_check": no_write_time_check,
+    "durability_preconditions": no_eviction_check,
 }
 """Each switched-off defence, by name."""
 
-PENDING: dict[str, str] = {
-    # TODO(lead): add the switch point when it lands on main.
-    "durability_preconditions": (
-        "side effects run on a store that cannot keep the ledger across the faults it meets; `effects_once` "
-        "fires after the store loses its tail"
-    ),
-}
+STORES: dict[str, Callable[[], base.Store]] = {"durability_preconditions": evicting}
+"""The store a defence's row is played on, when not a fresh ``InMemoryStore`` (an evicting
+server: with the check on, the world refuses it at open; off, it evicts run keys)."""
+
+
+def store_of(name: str) -> Callable[[], base.Store]:
+    """The store factory the row ``name`` is played on."""
+    return STORES.get(name, InMemoryStore)
+
+
+PENDING: dict[str, str] = {}
 """Defences built on other branches: the hole the invariants detect once they can be switched."""

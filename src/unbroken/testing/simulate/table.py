@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ...stores.base import Store
 from ...stores.memory import InMemoryStore
 from .broken import BROKEN
-from .mutations import MUTATIONS
+from .mutations import MUTATIONS, store_of
 from .runner import Outcome, StoreFactory, run_seed
 
 
@@ -50,7 +50,7 @@ def mutation_table(within: int, *, skip: frozenset[int] = frozenset()) -> list[R
     """Every entry of ``MUTATIONS`` and ``BROKEN``, tried on seeds ``0..within-1``."""
     rows = []
     for name, switch in MUTATIONS.items():
-        found, tried = first_failure(range(within), switch=switch, skip=skip)
+        found, tried = first_failure(range(within), store_of(name), switch=switch, skip=skip)
         rows.append(Row(name, found, tried))
     for name, wrap in BROKEN.items():
 

@@ -26,7 +26,7 @@ from ...state import TERMINAL_PHASES
 from ...stores.backend import RunHead
 from ...stores.base import Store
 from .clocks import EPOCH, ProcessClock
-from .lossy import Forgetful
+from .lossy import Forgetful, opened
 from .process import Killed, SimProcess
 from .schedule import Action
 from .script import make_model
@@ -77,6 +77,9 @@ class Journal:
     """Data the store lost (as its durability permits): invariants broken after one are its cost."""
     rewritten: set[str] = field(default_factory=set)
     ends: list[str] = field(default_factory=list)
+    store_refused: str | None = None
+    """Why the store was refused at open (``lossy.opened``): then nothing ran, every run counts as
+    ended with that clear error."""
     refused: set[str] = field(default_factory=set)
     """Runs whose save the write-time check refused (``UnloadableState``): each ended with that
     clear error, nothing unloadable was written, so it counts as finished."""
@@ -118,6 +121,7 @@ class World:
         ]
         self._fences: dict[str, int] = {}
         self._forgetful = store if isinstance(store, Forgetful) else None
+        self.journal.store_refused = opened(store)
         self._phases: dict[str, tuple[int, str | None]] = {}
         self._armed: dict[tuple[int, str], tuple[str, float]] = {}
         self._actions: list[Action] = []
@@ -332,7 +336,9 @@ class World:
 
     def finished(self, run_id: str) -> bool:
         """The run stopped (a final phase or paused), or ended refusing a save no load accepts."""
-        return run_id in self.journal.refused or self.phase(run_id) in STOPPED
+        if self.journal.store_refused is not None or run_id in self.journal.refused:
+            return True
+        return self.phase(run_id) in STOPPED
 
     def remove_runs(self) -> None:
         for run_id in self.run_ids:
@@ -379,19 +385,26 @@ class World:
         if store is None:
             return
         if action.kind == "evict":
-            what = store.evict(int(action.number))
-        else:
-            store.restart(everything=action.detail == "everything")
-            what = "everything" if action.detail == "everything" else "the writes of the last second"
-        if what is not None:
-            self._phases.clear()
-            self.journal.losses.append(f"the store lost {what} at {self.now - EPOCH:.1f}s")
-            self.journal.trace.append(self.journal.losses[-1])
+            # Not a loss a checked store permits: the world runs on an evicting store only when
+            # the precondition check (lossy.opened) is off; what it breaks is a failure.
+            evicted = store.evict(int(action.number))
+            if evicted is not None:
+                self._phases.clear()
+                self.journal.trace.append(f"the store evicted {evicted} at {self.now - EPOCH:.1f}s")
+            return
+        store.restart(everything=action.detail == "everything")
+        what = "everything" if action.detail == "everything" else "the writes of the last second"
+        self._phases.clear()
+        self.journal.losses.append(f"the store lost {what} at {self.now - EPOCH:.1f}s")
+        self.journal.trace.append(self.journal.losses[-1])
 
     def play(self, actions: list[Action], *, drain_steps: int = 400) -> None:
         """Play ``actions``, then let every process recover (no more faults) until every run is
         finished or ``drain_steps`` steps have been taken."""
         self._actions, self._cursor = actions, 0
+        if self.journal.store_refused is not None:
+            self.journal.trace.append(f"the store was refused at open: {self.journal.store_refused}")
+            return
         with self._seams():
             while self._cursor < len(self._actions):
                 action = self._actions[self._cursor]
