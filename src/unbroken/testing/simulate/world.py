@@ -81,8 +81,9 @@ class Journal:
     """Why the store was refused at open (``lossy.opened``): then nothing ran, every run counts as
     ended with that clear error."""
     refused: set[str] = field(default_factory=set)
-    """Runs whose save the write-time check refused (``UnloadableState``): each ended with that
-    clear error, nothing unloadable was written, so it counts as finished."""
+    """Runs whose save the write-time check refused (``UnloadableState``) because the world
+    configured the agent with a value no load accepts (``ODD_CONFIG``): each ended with that clear
+    error, nothing unloadable was written, so it counts as finished."""
     trace: list[str] = field(default_factory=list)
 
 
@@ -121,6 +122,9 @@ class World:
         ]
         self._fences: dict[str, int] = {}
         self._forgetful = store if isinstance(store, Forgetful) else None
+        self.misconfigured = self.agent.business_state_version in ODD_CONFIG
+        """The agent was given a value no load accepts: its refused saves are the right outcome
+        (any other ``UnloadableState`` leaves the run stuck, which ``runs_finish`` reports)."""
         self.journal.store_refused = opened(store)
         self._phases: dict[str, tuple[int, str | None]] = {}
         self._armed: dict[tuple[int, str], tuple[str, float]] = {}
@@ -314,7 +318,7 @@ class World:
         what = "returned" if error is None else f"raised {type(error).__name__}: {error}"
         self.journal.trace.append(f"p{process.index} run call {what}")
         self.journal.ends.append(type(error).__name__ if error is not None else "returned")
-        if isinstance(error, UnloadableState) and process.session is not None:
+        if isinstance(error, UnloadableState) and self.misconfigured and process.session is not None:
             self.journal.refused.add(process.session.run_id)
 
     def phase(self, run_id: str) -> str | None:
