@@ -100,7 +100,8 @@ class SimProcess:
         pid = 1000 + 100 * self.incarnation + self.index
         self.pid = pid
         self.calls = 0
-        self.ended: set[str] = set()
+        self.ended: dict[str, str] = {}
+        """Owner names of this incarnation's run calls that have ended, each with its run."""
         self.context = contextvars.Context()
 
     # ------------------------------------------------------------------ what the world does to it
@@ -226,9 +227,11 @@ class SimProcess:
         self.driver = self._drive(session)
 
     def _end(self, error: Exception | None) -> None:
-        """The run call returned or raised: give the lease up, as ``Agent.run`` does; unless a
-        tool that may act is still running (``drive_async``'s ``tools_left_running``): then the
-        lease expires instead, and the tool's act still lands."""
+        """The run call returned or raised: ``Agent.run``'s own end, ``LeaseGuard.finish(
+        owner_ends=True)``: the lease is released now unless a tool of this call that may act is
+        still running (``drive_async``'s ``tools_left_running``; each simulated tool enters
+        ``guard.acting`` as a real one does, so ``owners.still_acting`` counts it); then it is
+        released when that tool's act has landed, and the name is marked ended."""
         guard = self.guard
         self.world.note_end(self, error)
         self.driver = self.session = self.guard = None
@@ -236,12 +239,10 @@ class SimProcess:
         self.finished = []
         self.orphans += self.jobs
         self.jobs = []
-        if any(job.deadline is not None for job in self.orphans):
-            return
         if guard is not None:
-            self.ended.add(self.owner)  # Agent.run's mark_ended (only once it held the lease)
-            with contextlib.suppress(Exception):  # unreachable: the lease expires instead
-                guard.release()
+            self.ended[self.owner] = guard.run_id  # ended once owners.still_acting says 0 (world.owner_is_dead)
+            with contextlib.suppress(Exception):  # a release that fails: the lease expires instead
+                guard.finish(owner_ends=True)
 
     def _drive(self, session: RunSession) -> Points:
         """``engine.drive_sync`` with a scheduling point between any two operations."""

@@ -232,8 +232,8 @@ class World:
         if known is None or asking is None:
             return False
         process, incarnation = known
-        if owner in process.ended and process.incarnation == incarnation:
-            return True  # a call of a live process that has ended (leases.mark_ended)
+        if owner in process.ended and process.incarnation == incarnation and not self._acting(process, owner):
+            return True  # a call of a live process that has ended, nothing of it acting (owners.mark_ended)
         if process.host != asking.host:
             return False
         return process.dead or process.incarnation != incarnation
@@ -253,9 +253,13 @@ class World:
         if process is not asking:
             return True
         if owner in process.ended:
-            return False
-        in_call = process.owner == owner and process.guard is not None
-        return in_call or any(job.deadline is not None for job in process.jobs + process.orphans)
+            return self._acting(process, owner)
+        return process.owner == owner and process.guard is not None
+
+    @staticmethod
+    def _acting(process: SimProcess, owner: str) -> bool:
+        """A tool of the ended call ``owner`` may still act (the count ``guard.acting`` keeps)."""
+        return owners.still_acting(owner, process.ended[owner]) > 0
 
     # ------------------------------------------------------------------ faults
 
