@@ -6,6 +6,7 @@ tool's act has landed, then released."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from test_data_loss import PAY_ONCE, SCENARIO
 
@@ -14,8 +15,17 @@ from unbroken.testing.simulate import from_text
 from unbroken.testing.simulate.clocks import EPOCH
 from unbroken.testing.simulate.world import World
 
-PAY = PAY_ONCE[0]["content"][0]
-PAY_TWICE = [dict(PAY_ONCE[0], content=[PAY, dict(PAY, id="call_1", input={"token": "t0-c1"})]), PAY_ONCE[1]]
+PAY_TWICE: list[dict[str, Any]] = [
+    {
+        "content": [
+            {"type": "tool_use", "id": "call_0", "name": "pay", "input": {"token": "t0-c0"}},
+            {"type": "tool_use", "id": "call_1", "name": "pay", "input": {"token": "t0-c1"}},
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 10},
+    },
+    PAY_ONCE[1],
+]
 CONCURRENT = replace(SCENARIO, concurrent=(True, False), script=PAY_TWICE)
 
 
