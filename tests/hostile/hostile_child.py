@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -35,6 +36,7 @@ from unbroken import (
     open_store,
     tool,
 )
+from unbroken.leases import make_owner
 
 
 def turn(*calls: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
@@ -212,6 +214,7 @@ def main() -> int:
     )
     parser.add_argument("--approval", action="store_true")
     parser.add_argument("--without", action="append", default=[], help="leave this tool out of the agent")
+    parser.add_argument("--elsewhere", action="store_true", help="hold the run under an owner name of another host")
     options = parser.parse_args()
     extra: dict[str, Any] = {}
     if options.max_result_bytes != "default":
@@ -238,6 +241,11 @@ def main() -> int:
                 result = asyncio.run(asyncio.wait_for(agent.arun("go", run_id=options.run_id), options.cancel_after))
             elif options.driver == "async":
                 result = asyncio.run(agent.arun("go", run_id=options.run_id))
+            elif options.elsewhere:
+                # A holder on this host is never taken over while it lives (docs/effects.md, rule 2);
+                # under another host's name, only its lease and the fence stand between it and the run.
+                owner = make_owner().replace(socket.gethostname(), "elsewhere", 1)
+                result = agent.run("go", run_id=options.run_id, owner=owner)
             else:
                 result = agent.run("go", run_id=options.run_id)
         except (UnbrokenError, TimeoutError) as exc:

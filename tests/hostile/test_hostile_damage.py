@@ -123,8 +123,11 @@ def test_a_holder_frozen_while_an_operator_recovers_its_damaged_run_never_writes
 ) -> None:
     # Turn 1 sent an email; the process is frozen (SIGSTOP) inside turn 2's read, its lease
     # runs out, a record is found damaged and an operator recovers the run. The holder wakes.
+    # It holds the run under another host's name: a frozen holder on this host is never taken
+    # over while it lives (recover is refused, tests/faults/test_zombie_alive.py), so only from
+    # another host do the lease's end and the fence decide.
     (world / "pause").touch()
-    args = ["send_read_send", "--store", sqlite_url, "--run-id", RUN, "--world", str(world)]
+    args = ["send_read_send", "--store", sqlite_url, "--run-id", RUN, "--world", str(world), "--elsewhere"]
     holder = subprocess.Popen([sys.executable, str(CHILD), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
