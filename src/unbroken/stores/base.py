@@ -38,8 +38,8 @@ from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunState, RunSummary, S
 from .backend import CAPABILITIES, Backend, Refused, RunHead, SealedEntry, Submission, entry_checksum, seal
 
 UNCLAIMABLE_PHASES = TERMINAL_PHASES | {"paused", "awaiting_approval"}
-CLAIM_PAGE = 64  # submissions a claim reads at a time
 """Phases a worker never claims: finished, or waiting for a person to act first."""
+CLAIM_PAGE = 64  # submissions a claim reads at a time
 SUGGEST_FROM = 500  # run ids a "did you mean" compares a missing one with: one bounded page
 _CAS_ATTEMPTS = 50  # a head only moves when someone saves or leases; 50 misses in a row is a fault
 
