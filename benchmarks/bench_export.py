@@ -39,7 +39,7 @@ import json, resource, sys, time
 from unbroken import open_store, ops, paging
 url, run_id, how, out = sys.argv[1:5]
 store = open_store(url)
-head = store.read_head(run_id).seq
+head = store.backend.read_head(run_id).seq
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 started = time.perf_counter()
 if how == "whole":

@@ -59,7 +59,7 @@ def variants(workdir: Path, bodies: list[str]) -> dict[str, Callable[[int], None
 
     def store(name: str) -> SQLiteStore:
         opened = SQLiteStore(workdir / name)  # durability full
-        opened.swap_head("r", None, RunHead(0, 1, "bench", 1e12))
+        opened.backend.swap_head("r", None, RunHead(0, 1, "bench", 1e12))
         return opened
 
     def params(i: int) -> tuple[object, ...]:
@@ -289,7 +289,7 @@ def count_frames(workdir: Path, name: str, layout: Layout | None, bodies: list[s
         conn.close()
         return Frames(frames, 0, os.path.getsize(path), os.path.getsize(path), len(body) * saves)
     store = LayoutStore(path, layout, synchronous="OFF")
-    store.conn.execute("PRAGMA wal_autocheckpoint=0")
+    store.backend.conn.execute("PRAGMA wal_autocheckpoint=0")
     frame_bytes = layout.page_size + 24
     frames, pack_frames, body_bytes = [], 0, 0
     for i in range(saves):

@@ -105,7 +105,7 @@ def run(turns: int, repeats: int, say: object = print) -> list[Row]:
 
 def run_list(runs: int, say: object = print) -> list[Row]:
     """The runs list over ``runs`` runs: the first page and the next (each one
-    ``store.summaries_page``, keyset cursor) and a filtered page (scans up to ``SCAN_ROWS``)."""
+    ``store.runs_page``, keyset cursor) and a filtered page (scans up to ``SCAN_ROWS``)."""
     from unbroken import open_store
     from unbroken.codec import encode_full
     from unbroken.state import Phase, RunState
@@ -129,7 +129,7 @@ def run_list(runs: int, say: object = print) -> list[Row]:
 
         with open_store(url) as store:  # the same first page, in process: before and after issue 16
             timings["in process, before: every summary read and sorted (list_all_runs)"] = []
-            timings["in process, after: store.summaries_page(None, 51)"] = []
+            timings["in process, after: store.runs_page(None, 51)"] = []
             for _ in range(3):
                 started = time.perf_counter()
                 listed = ops.list_all_runs(store)
@@ -138,8 +138,8 @@ def run_list(runs: int, say: object = print) -> list[Row]:
                     (time.perf_counter() - started) * 1000
                 )
                 started = time.perf_counter()
-                store.summaries_page(None, 51)
-                timings["in process, after: store.summaries_page(None, 51)"].append(
+                store.runs_page(None, 51)
+                timings["in process, after: store.runs_page(None, 51)"].append(
                     (time.perf_counter() - started) * 1000
                 )
         for _ in range(3):

@@ -7,8 +7,8 @@ Three kinds of time, never mixed:
   "may the previous holder still act" is ever judged on it.
 * ``monotonic()`` and ``sleep()``: this process's clock that never steps, for what this process
   measures itself (the lease time certainly left since a renewal was sent, a timeout, a wait).
-* a store's lease clock (``Backend.store_time``): the one clock a run's lease is judged by,
-  shared by every process that uses the store (a database's ``now()``, a service's ``Date``,
+* a store's lease clock (``Store.lease_now``: its backend's ``lease_time``): the one clock a
+  run's lease is judged by, shared by every process that uses the store (a database's ``now()``, a service's ``Date``,
   or for a local store the boot clock below).
 
 ``boot_clock()`` is ``CLOCK_BOOTTIME`` with the boot id: every process of one boot reads the

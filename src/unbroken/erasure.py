@@ -4,7 +4,7 @@ What goes: the run's save records and snapshots, its effect ledger, its lease an
 entry; every copy ``recover`` kept aside (``RUN.damaged-N``: the same data); with
 ``with_forks`` also every run forked from it (``RUN.fork-N`` or any id whose first save says
 "forked from RUN") and every rewind branch (``RUN.branch-N``), and theirs in turn. Then the
-store is asked to make the deleted bytes unrecoverable where it can (``Store.scrub``: SQLite
+store is asked to make the deleted bytes unrecoverable where it can (``Store.scrub_deleted``: SQLite
 zeroes deleted content and truncates its WAL). A forked run that is not erased keeps its own
 copy of the history up to the fork: the report lists those left, so nothing is assumed gone.
 
@@ -61,7 +61,7 @@ def erase(store: Store, run_id: str, *, with_forks: bool = False) -> Erasure:
     for target in present:
         entries += len(store.ledger_list(target))
         store.delete_run(target)  # also drops the lease just taken and the queue entry
-    scrubbed = store.scrub()
+    scrubbed = store.scrub_deleted()
     left = [] if with_forks else [fork for fork in forks if fork not in present]
     return Erasure(run_id, present, entries, scrubbed, left)
 
@@ -69,7 +69,7 @@ def erase(store: Store, run_id: str, *, with_forks: bool = False) -> Erasure:
 def _present(store: Store, run_id: str) -> bool:
     if store.exists(run_id):
         return True
-    return "claim" in store.capabilities and store.submission(run_id) is not None
+    return "claim" in store.capabilities and store.queued(run_id) is not None
 
 
 def _damaged_copies(every: list[str], run_id: str) -> list[str]:
@@ -96,7 +96,7 @@ _FORKED = re.compile(r"forked from (\S+) at save \d+")
 
 def _parent(store: Store, run_id: str) -> str | None:
     """The run this one was forked from (its first save's label says so), else None."""
-    first = store.records_between(run_id, 0, 1)
+    first = store.records_in(run_id, 0, 1)
     if not first:
         return None
     body = first[0].body
@@ -112,7 +112,7 @@ def _all_run_ids(store: Store, page: int = 500) -> Iterator[str]:
     """Every saved run's id, a page of summaries at a time (keyset: memory holds one page)."""
     after: tuple[float, str] | None = None
     while True:
-        rows = store.summaries_page(after, page)
+        rows = store.runs_page(after, page)
         for row in rows:
             yield row.run_id
         if len(rows) < page:

@@ -23,7 +23,7 @@ from .owners import describe_live
 from .owners import make_owner as make_owner
 from .owners import mark_ended as mark_ended
 from .owners import owner_is_dead as owner_is_dead
-from .state import Lease, check_run_id
+from .state import Lease
 from .stores.backend import RunHead
 from .stores.base import Store
 
@@ -34,8 +34,8 @@ def take_lease(store: Store, run_id: str, owner: str, ttl: float, *, grace: floa
     holder provably alive on this host is never replaced, expired or not; under ``owner``
     itself, the run is not taken back while a tool of an earlier call under that name may still
     act. Otherwise ``LeaseHeld``. Durable when it returns."""
-    head = store.read_head(check_run_id(run_id))  # the lease as stored, live or expired
-    now = store.lease_time()
+    head = store.head_of(run_id)  # the lease as stored, live or expired
+    now = store.lease_now()
     sent = clock.monotonic()
     live = head is not None and head.owner is not None and head.expires_at > now
     if head is not None and head.owner is not None and head.owner != owner and owners.owner_is_alive(head.owner):

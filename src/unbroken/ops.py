@@ -85,7 +85,7 @@ def queued_runs(store: Store) -> list[QueuedRun]:
         return []
     queued = [
         QueuedRun(item.run_id, item.task, item.agent, item.submitted_at)
-        for item in store.list_submissions()
+        for item in store.queued_runs()
         if not store.exists(item.run_id)
     ]
     return sorted(queued, key=lambda run: run.submitted_at)
@@ -96,7 +96,7 @@ def queued_run(store: Store, run_id: str) -> QueuedRun | None:
     check_run_id(run_id)
     if "claim" not in store.capabilities:
         return None
-    item = store.submission(run_id)
+    item = store.queued(run_id)
     if item is None or store.exists(run_id):
         return None
     return QueuedRun(item.run_id, item.task, item.agent, item.submitted_at)
@@ -112,11 +112,11 @@ class QueuedPage:
 
 def queued_page(store: Store, *, limit: int = 50, after: tuple[float, str] | None = None) -> QueuedPage:
     """Up to ``limit`` queued runs not started yet, oldest first, after the cursor ``after``:
-    one ``store.unstarted_page`` read (about ``limit`` rows on SQLite and PostgreSQL, however
+    one ``store.unstarted_runs`` read (about ``limit`` rows on SQLite and PostgreSQL, however
     long the queue). [] on a store that cannot queue runs."""
     if "claim" not in store.capabilities:
         return QueuedPage([], None)
-    items = store.unstarted_page(after, limit + 1)
+    items = store.unstarted_runs(after, limit + 1)
     runs = [QueuedRun(item.run_id, item.task, item.agent, item.submitted_at) for item in items[:limit]]
     more = len(items) > limit and runs
     return QueuedPage(runs, (runs[-1].submitted_at, runs[-1].run_id) if more else None)
@@ -147,12 +147,12 @@ def runs_page(store: Store, *, limit: int = RUNS_PAGE, after: tuple[float, str] 
     """Up to ``limit`` started runs, most recently updated first (ties: run id descending),
     strictly after the cursor ``after`` (``RunsPage.next`` of the previous page), and, on the
     first page, up to ``limit`` of the oldest queued runs (``queued_page``). One
-    ``store.summaries_page(after, limit + 1)`` call: about ``limit`` rows on a store with an
+    ``store.runs_page(after, limit + 1)`` call: about ``limit`` rows on a store with an
     index on the update time (Postgres, Redis); a scan of every run's summary keeping the top
     ``limit`` on the others (SQLite, files, S3, memory: docs/stores.md)."""
     if limit < 1:
         raise ConfigError(f"a page of runs holds at least 1 run, not {limit}")
-    rows = store.summaries_page(after, limit + 1)
+    rows = store.runs_page(after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     last = (rows[-1].updated_at, rows[-1].run_id) if more and rows else None
@@ -282,7 +282,6 @@ def ledger_of(store: Store, run_id: str, *, last: int | None = None) -> LedgerVi
     """The run's effect ledger (``last``: only its newest ``last`` entries, read with
     ``store.ledger_page``: bounded on SQLite and Postgres); ``RunNotFound`` when there is neither
     a run nor an entry. Whether the run has finished is read from its tail (``paging.read_tail``)."""
-    check_run_id(run_id)
     if last is None:
         entries, earlier = store.ledger_list(run_id), False
     else:
@@ -410,7 +409,6 @@ def recover(store: Store, run_id: str, *, to: int | None = None) -> Recovery:
 
     from .codec import EncodedSave, decode, summary_of
 
-    check_run_id(run_id)
     records = store.read_records(run_id)
     decoded = store.decode(run_id, recover=True)
     if decoded.problem is None:
@@ -437,7 +435,7 @@ def recover(store: Store, run_id: str, *, to: int | None = None) -> Recovery:
         raise CorruptCheckpoint(f"run {run_id!r} has no intact save point without calls in flight to recover to")
     lease = acquire(store, run_id, make_owner(), 60.0)
     try:
-        head = max(records[-1].seq, (store.read_head(run_id) or records[-1]).seq)
+        head = max(records[-1].seq, (store.head_of(run_id) or records[-1]).seq)
         aside = f"{run_id}.damaged-{head}"
         summary = replace(summary_of(state), run_id=aside, phase="damaged")
         kept = []

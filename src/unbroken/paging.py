@@ -4,7 +4,7 @@ and a streaming export. None of them holds the whole history in memory.
 Which reader returns what, and what it costs (docs/compaction.md has the full list):
 
 * ``read_tail``: the run's state at its last save point from its newest snapshot record and the
-  deltas after it (``Store.snapshot_seq`` + ``Store.records_between``), plus the records holding
+  deltas after it (``Store.newest_snapshot`` + ``Store.records_in``), plus the records holding
   the last ``messages`` messages. ``state.messages`` has the run's true length, with ``None`` in
   place of the messages it did not read. Cost: ~``snapshot_every`` records, whatever the run's
   length. Used by ``unbroken show``, approvals (list, approve, deny), ``resolve`` and the inspector.
@@ -50,7 +50,7 @@ from .codec import (
     save_info,
 )
 from .errors import CorruptCheckpoint
-from .state import JSONValue, RunState, SaveInfo, check_run_id
+from .state import JSONValue, RunState, SaveInfo
 from .stores.base import Store
 
 PAGE_RECORDS = 256
@@ -102,7 +102,7 @@ def iter_records(
     while position < upto:
         end = min(upto, position + page + lead)
         page, lead = min(PAGE_RECORDS, page * 2), 0
-        records = store.records_between(run_id, position, end)
+        records = store.records_in(run_id, position, end)
         if not records and expected is None and end < upto:
             # a run rewritten (recover, migrate) starts past 1: find its first record by a binary
             # search of one-record reads rather than reading empty pages up to it
@@ -131,7 +131,7 @@ def fold(fields: dict[str, Any] | None, record: Record) -> dict[str, Any]:
 
 
 def _head_seq(store: Store, run_id: str) -> int:
-    head = store.read_head(check_run_id(run_id))  # the primitives take checked run ids only
+    head = store.head_of(run_id)
     if head is None or head.seq <= 0:
         raise Unusual("no head")  # never saved, queued, or lost: the whole-run read says which
     return head.seq
@@ -150,7 +150,7 @@ def walk(
     """(record, fields folded through it) for each record ``first <= seq <= upto``, folding from
     the newest snapshot at or before ``first``; checks the ``msg_start`` chain. Raises ``Unusual``.
     ``page``: records read at first (then doubling), for a caller that may stop early."""
-    start = store.snapshot_seq(run_id, upto_seq=max(1, first)) if first > 0 else 0
+    start = store.newest_snapshot(run_id, upto_seq=max(1, first)) if first > 0 else 0
     fields: dict[str, Any] | None = None
     end: int | None = None
     for record in iter_records(
@@ -182,7 +182,7 @@ def first_seq(store: Store, run_id: str, head: int) -> int:
     low, high = 1, head
     while low < high:
         middle = (low + high) // 2
-        if store.records_between(run_id, middle - 1, middle):
+        if store.records_in(run_id, middle - 1, middle):
             high = middle
         else:
             low = middle + 1
@@ -206,7 +206,6 @@ def read_tail(
     and reports exactly like ``Store.decode(run_id, recover=recover)``, which it defers to for
     anything unusual (damage in the records it reads, a missing tail, an older schema, a run
     never saved)."""
-    check_run_id(run_id)
     try:
         return _tail(store, run_id, messages, migrations)
     except Unusual:
@@ -215,7 +214,7 @@ def read_tail(
 
 def _tail(store: Store, run_id: str, want: int, migrations: Migrations) -> Decoded:
     head = _head_seq(store, run_id)
-    snapshot = store.snapshot_seq(run_id)
+    snapshot = store.newest_snapshot(run_id)
     if not 0 < snapshot <= head:
         raise Unusual("no snapshot")
     records = list(iter_records(store, run_id, snapshot - 1, head, migrations=migrations))
@@ -294,12 +293,11 @@ def timeline_page(store: Store, run_id: str, first: int, last: int) -> TimelineP
     """Save points ``first..last`` (clamped to the run). Reads ``last - first`` records plus
     those from the snapshot before ``first``. Damage in them: as ``Store.history`` shows it
     (the rows before the damage, and the problem), read by the whole-run decode."""
-    check_run_id(run_id)
     try:
         head = _head_seq(store, run_id)
         last = min(last, head)
         first, known = max(1, first), None
-        if store.snapshot_seq(run_id, upto_seq=first) == 0:  # a rewritten run starts past 1
+        if store.newest_snapshot(run_id, upto_seq=first) == 0:  # a rewritten run starts past 1
             known = first_seq(store, run_id, head)
             first = max(first, known)
         if first > last:
@@ -321,7 +319,7 @@ def timeline_page(store: Store, run_id: str, first: int, last: int) -> TimelineP
             for info, record in zip(decoded.timeline, decoded.records, strict=True)
             if first <= info.seq <= last
         ]
-        stored = store.read_head(run_id)
+        stored = store.head_of(run_id)
         head = max(decoded.last_seq, stored.seq if stored is not None else 0)
         return TimelinePage(
             [info for info, _ in pairs],
@@ -414,7 +412,6 @@ def stream_export(
     the last intact save point. If the run is rewritten between the passes (a recovery), the
     export stops with ``CorruptCheckpoint``: write to a file (``export --out``) to never leave half
     a document."""
-    check_run_id(run_id)
     at = clock.wall() if exported_at is None else exported_at
     with tempfile.SpooledTemporaryFile(max_size=4 << 20, mode="w+", encoding="utf-8") as saves:
         try:

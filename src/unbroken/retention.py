@@ -54,7 +54,7 @@ class RetentionReport:
     more: bool = False
     """The call stopped at ``limit``: call again for the rest."""
     scrubbed: str = ""
-    """With ``erase``: what the store did to the deleted bytes (``Store.scrub``)."""
+    """With ``erase``: what the store did to the deleted bytes (``Store.scrub_deleted``)."""
 
 
 def apply_retention(store: Store, policy: Retention, *, limit: int = 100, now: float | None = None) -> RetentionReport:
@@ -76,7 +76,7 @@ def apply_retention(store: Store, policy: Retention, *, limit: int = 100, now: f
         except LeaseError:
             continue  # a live process holds it (resumed meanwhile): next time
     if policy.erase and (report.removed or report.emptied):
-        report.scrubbed = store.scrub()
+        report.scrubbed = store.scrub_deleted()
     return report
 
 
@@ -137,7 +137,7 @@ def _due(store: Store, runs_cutoff: float, ledger_cutoff: float | None, keep: in
     found: list[RunSummary] = []
     after: tuple[float, str] | None = None
     while True:
-        rows = store.summaries_page(after, page)
+        rows = store.runs_page(after, page)
         found += [row for row in rows if due(row)]
         found = sorted(found, key=lambda row: (row.updated_at, row.run_id))[:keep]
         if len(rows) < page:

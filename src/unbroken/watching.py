@@ -20,7 +20,7 @@ from typing import Any
 from . import clock, paging
 from .codec import Decoded, fold_fields, save_info
 from .errors import CorruptCheckpoint, RunNotFound
-from .state import TERMINAL_PHASES, LedgerEntry, Resumption, SaveInfo, Settlement, check_run_id
+from .state import TERMINAL_PHASES, LedgerEntry, Resumption, SaveInfo, Settlement
 from .stores.base import Store
 
 STOPPED_PHASES = TERMINAL_PHASES | {"paused", "awaiting_approval"}
@@ -57,10 +57,9 @@ def wait_until_started(
 ) -> None:
     """Return once ``run_id`` has its first save point (a queued run is waited for too); raise
     ``RunNotFound`` if it has none after ``timeout`` seconds. Reads only its head."""
-    check_run_id(run_id)
     deadline = clock.monotonic() + timeout
     while True:
-        head = store.read_head(run_id)
+        head = store.head_of(run_id)
         if head is not None and head.seq > 0:
             return
         if clock.monotonic() >= deadline:
@@ -107,7 +106,6 @@ def follow(
     it) and the last ``history`` save points (``paging.timeline_page``), whatever the run's
     length, then reads only the records written since (``records_after``). The first update's
     ``effects`` is the whole ledger (``ledger_list``): later ones name what changed."""
-    check_run_id(run_id)
     decoded = paging.read_tail(store, run_id, recover=True)
     fields: dict[str, Any] = dict(decoded.state.small_fields())
     effects = store.ledger_list(run_id)
@@ -135,13 +133,13 @@ def follow(
     deadline = None if timeout is None else clock.monotonic() + timeout
     while deadline is None or clock.monotonic() < deadline:
         sleep(interval)
-        head = store.read_head(run_id)
+        head = store.head_of(run_id)
         if head is None:
             raise RunNotFound(f"run {run_id!r} was deleted while it was watched")
         if head.seq <= last_seq:
             continue
         saves, notes, calls = [], {}, {}
-        for record in store.records_after(run_id, last_seq):
+        for record in store.records_since(run_id, last_seq):
             try:  # checked like every other read (size, CRC, shape): a damaged record is never shown
                 body = paging.parse_record(record.seq, record.body, record.checksum, same_schema=False)
             except paging.Unusual as exc:
@@ -182,7 +180,7 @@ def settlements(
     recover=True)`` (read once, not twice). ``records``: only these parsed records (a page of
     the history, ``unbroken.paging``)."""
     if records is None:
-        records = (decoded or store.decode(check_run_id(run_id), recover=True)).records
+        records = (decoded or store.decode(run_id, recover=True)).records
     notes: dict[int, list[str]] = {}
     for record in records:
         lines = account_lines(record)

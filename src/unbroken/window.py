@@ -6,7 +6,7 @@ newest snapshot record and the deltas after it) and the records that hold the wi
 needs to read, parse or hold the older history, which stays on disk, checksummed, for
 ``store.load``, ``unbroken history`` and export.
 
-``load_window`` reads the last records of the run (``Store.read_head`` + ``Store.records_after``),
+``load_window`` reads the last records of the run (``Store.head_of`` + ``Store.records_since``),
 widening the read until it holds a snapshot and the start of the window. The state it returns
 has the run's true message count, with ``None`` in place of each message before the window
 (``Decoded.message_base`` says where the loaded ones begin). Anything unusual (a run that was
@@ -29,7 +29,6 @@ from .codec import (
     reads_natively,
 )
 from .state import JSONValue, RunState
-from .stores.backend import Backend
 
 if TYPE_CHECKING:
     from .stores.base import Store
@@ -48,11 +47,11 @@ def load_window(store: Store, run_id: str, *, migrations: Migrations = MIGRATION
     Raises like ``Store.decode`` (``RunNotFound``, ``CorruptCheckpoint``, ``IncompatibleSchema``).
     For resuming: ``Decoded.records`` holds the records read from the tail, and is empty when the
     whole run was read (each record is let go once folded); ``Store.decode`` gives the timeline."""
-    head = store.read_head(run_id)
+    head = store.head_of(run_id)
     if head is not None and head.seq > FIRST_SPAN:
         span = _first_span(store, run_id, head.seq)
         while span <= MAX_SPAN:
-            verdict = decode_window(run_id, store.records_after(run_id, max(0, head.seq - span)), head.seq, migrations)
+            verdict = decode_window(run_id, store.records_since(run_id, max(0, head.seq - span)), head.seq, migrations)
             if isinstance(verdict, Decoded):
                 return verdict
             if verdict == "whole" or span >= head.seq:
@@ -67,9 +66,9 @@ def _first_span(store: Store, run_id: str, head_seq: int) -> int:
     the fewest that hold the current small fields, which say whether the run was ever compacted:
     a run that never was (the common long run) is sent to the whole-run decode after parsing a
     few dozen records, not 128. Otherwise ``FIRST_SPAN``."""
-    if type(store).snapshot_seq is Backend.snapshot_seq:  # the default reads the whole run
+    if not store.indexes_snapshots:  # the fallback reads the whole run
         return FIRST_SPAN
-    snapshot = store.snapshot_seq(run_id)
+    snapshot = store.newest_snapshot(run_id)
     if 0 < snapshot <= head_seq and head_seq - snapshot < FIRST_SPAN:
         return head_seq - snapshot + 1
     return FIRST_SPAN

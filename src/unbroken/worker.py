@@ -256,7 +256,7 @@ class Worker:
         leaves the head's save number as it was)."""
         if run_id in self._saved_runs:
             return True
-        head = self.store.read_head(run_id)
+        head = self.store.head_of(run_id)
         return head is not None and head.seq > 0
 
     def _remember_saved(self, run_id: str) -> None:

@@ -1,5 +1,5 @@
 """The inspector pages a long run and a long run list from the store (``unbroken.paging``,
-``store.summaries_page``): what it shows is what the whole-run readers give, page by page."""
+``store.runs_page``): what it shows is what the whole-run readers give, page by page."""
 
 from __future__ import annotations
 

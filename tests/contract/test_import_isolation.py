@@ -80,6 +80,6 @@ def test_a_claim_answered_with_another_runs_entry_is_corrupt_and_never_used() ->
     fails with ``CorruptCheckpoint`` naming both runs; the entry is never taken as this run's."""
     foreign = SealedEntry(ledger_entry("run-foreign", key="k"), None)
     with open_store("memory://") as store:
-        store.insert_entry = lambda sealed, *, fence: foreign  # type: ignore[method-assign]
+        store.backend.insert_entry = lambda sealed, *, fence: foreign  # type: ignore[method-assign]
         with pytest.raises(CorruptCheckpoint, match="run-foreign"):
             store.ledger_claim(ledger_entry("run-mine", key="k"))

@@ -46,7 +46,7 @@ def test_file_store_reads_a_later_range_without_opening_the_older_segment_or_rec
     store = open_store(f"file://{tmp_path}/store")
     assert isinstance(store, FileStore)
     written = _long_run(store)
-    records = store.root / "runs" / "run-long" / "records"
+    records = store.backend.root / "runs" / "run-long" / "records"
     segments = sorted(records.glob("segment-*.json"))
     assert [path.name for path in segments] == ["segment-000000000001-000000000256.json"]
     # Unreadable by anyone (root too): the segment and an older loose record become directories.
@@ -55,11 +55,11 @@ def test_file_store_reads_a_later_range_without_opening_the_older_segment_or_rec
         path.mkdir()
 
     with pytest.raises(StoreUnavailable):
-        store.records_after("run-long", 0)  # the whole run needs them: the damage is real
+        store.backend.records_after("run-long", 0)  # the whole run needs them: the damage is real
 
-    assert _intact(store.records_between("run-long", 260, 300), written) == list(range(261, 301))
-    assert _intact(store.records_between("run-long", 270, 275), written) == list(range(271, 276))
-    assert store.snapshot_seq("run-long") == 289 and store.snapshot_seq("run-long", 288) == 273
+    assert _intact(store.backend.records_between("run-long", 260, 300), written) == list(range(261, 301))
+    assert _intact(store.backend.records_between("run-long", 270, 275), written) == list(range(271, 276))
+    assert store.backend.snapshot_seq("run-long") == 289 and store.backend.snapshot_seq("run-long", 288) == 273
     store.close()
 
 
@@ -72,22 +72,22 @@ def test_s3_store_reads_a_later_range_without_the_older_segments(tmp_path: Path)
     head = json_head(store, "run-long")
     oldest = head["segments"][0]
     assert int(oldest[0]) == 1 and int(oldest[1]) >= 128  # packed and merged
-    store.objects.delete([str(oldest[2])])  # gone behind the store's back
+    store.backend.objects.delete([str(oldest[2])])  # gone behind the store's back
 
-    whole = store.records_after("run-long", 0)
+    whole = store.backend.records_after("run-long", 0)
     assert any(checksum(record.body) != record.checksum for record in whole)  # the damage is real
 
     later = int(oldest[1])
-    assert _intact(store.records_between("run-long", later, SAVES), written) == list(range(later + 1, SAVES + 1))
-    assert _intact(store.records_between("run-long", later + 5, later + 9), written) == list(
+    assert _intact(store.backend.records_between("run-long", later, SAVES), written) == list(range(later + 1, SAVES + 1))
+    assert _intact(store.backend.records_between("run-long", later + 5, later + 9), written) == list(
         range(later + 6, later + 10)
     )
-    assert store.snapshot_seq("run-long") == 289
+    assert store.backend.snapshot_seq("run-long") == 289
     store.close()
 
 
 def json_head(store: S3Store, run_id: str) -> dict[str, Any]:
-    found = store.objects.get(f"runs/{run_id}/head")
+    found = store.backend.objects.get(f"runs/{run_id}/head")
     assert found is not None
     head: dict[str, Any] = json.loads(found[0])
     return head
@@ -96,17 +96,17 @@ def json_head(store: S3Store, run_id: str) -> dict[str, Any]:
 def test_redis_store_reads_a_later_range_without_reading_older_records(tmp_path: Path) -> None:
     store = open_redis(tmp_path)
     written = _long_run(store)
-    client, key = store._client, store._key("rec", "run-long")  # type: ignore[attr-defined]
+    client, key = store.backend._client, store.backend._key("rec", "run-long")  # type: ignore[attr-defined]
     client.lset(key, 5, b"not a record")  # the element of save 6 no longer parses
 
     with pytest.raises(CorruptCheckpoint, match="damaged header"):
-        store.records_after("run-long", 0)  # the whole run needs it: the damage is real, and typed
+        store.backend.records_after("run-long", 0)  # the whole run needs it: the damage is real, and typed
     with pytest.raises(CorruptCheckpoint):
         store.load("run-long")
 
-    assert _intact(store.records_between("run-long", 7, 40), written) == list(range(8, 41))
-    assert _intact(store.records_between("run-long", 250, 260), written) == list(range(251, 261))
-    assert store.snapshot_seq("run-long", 40) == 33
+    assert _intact(store.backend.records_between("run-long", 7, 40), written) == list(range(8, 41))
+    assert _intact(store.backend.records_between("run-long", 250, 260), written) == list(range(251, 261))
+    assert store.backend.snapshot_seq("run-long", 40) == 33
     store.close()
 
 
@@ -114,11 +114,11 @@ def test_sqlite_paged_reads_search_the_records_index_and_never_scan_the_table(tm
     store = open_store(f"sqlite:///{tmp_path}/runs.db")
     written = _long_run(store)
     statements: list[str] = []
-    store.conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+    store.backend.conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
 
-    assert _intact(store.records_between("run-long", 100, 110), written) == list(range(101, 111))
-    assert store.snapshot_seq("run-long", 280) == 273
-    store.conn.set_trace_callback(None)  # type: ignore[attr-defined]
+    assert _intact(store.backend.records_between("run-long", 100, 110), written) == list(range(101, 111))
+    assert store.backend.snapshot_seq("run-long", 280) == 273
+    store.backend.conn.set_trace_callback(None)  # type: ignore[attr-defined]
 
     reads = [sql for sql in statements if "unbroken_records" in sql]
     assert len(reads) == 2
@@ -138,7 +138,7 @@ def test_postgres_paged_reads_use_their_indexes(tmp_path: Path) -> None:
 
     store = open_postgres(tmp_path)
     assert isinstance(store, PostgresStore)
-    with psycopg.connect(store.settings.conninfo, autocommit=True) as conn:  # bulk rows, behind the store
+    with psycopg.connect(store.backend.settings.conninfo, autocommit=True) as conn:  # bulk rows, behind the store
         conn.execute(
             "INSERT INTO unbroken_runs (run_id, task, phase, head_seq, updated_at) "
             "SELECT 'run-' || n, 't', 'running', 1, 1000 + n % 97 FROM generate_series(1, 20000) AS n"
@@ -162,12 +162,12 @@ def test_postgres_paged_reads_use_their_indexes(tmp_path: Path) -> None:
                 assert "seq > " in plan and "seq <= " in plan, plan
             if name.startswith("summaries"):  # read in index order: no sort of every run
                 assert "Sort" not in plan and "Limit" in plan, plan
-    assert [row.run_id for row in store.summaries_page((1096.0, "run-9991"), 2)] == _expected_page(store, 1096.0)
+    assert [row.run_id for row in store.backend.summaries_page((1096.0, "run-9991"), 2)] == _expected_page(store, 1096.0)
     store.close()
 
 
 def _expected_page(store: Store, updated_at: float) -> list[str]:
-    rows: list[RunSummary] = sorted(store.list_summaries(), key=lambda r: (r.updated_at, r.run_id), reverse=True)
+    rows: list[RunSummary] = sorted(store.backend.list_summaries(), key=lambda r: (r.updated_at, r.run_id), reverse=True)
     return [r.run_id for r in rows if (r.updated_at, r.run_id) < (updated_at, "run-9991")][:2]
 
 
@@ -178,10 +178,10 @@ def test_sqlite_ledger_pages_search_the_ledger_index_newest_first(tmp_path: Path
     for number in range(40):
         store.ledger_claim(ledger_entry("run-ledger", f"call_{number:02d}", created_at=1000.0 + number))
     statements: list[str] = []
-    store.conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+    store.backend.conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
     newest = store.ledger_page("run-ledger", limit=5)
     older = store.ledger_page("run-ledger", before=(newest[-1].created_at, newest[-1].key), limit=5)
-    store.conn.set_trace_callback(None)  # type: ignore[attr-defined]
+    store.backend.conn.set_trace_callback(None)  # type: ignore[attr-defined]
 
     assert [entry.created_at for entry in newest + older] == [1039.0 - n for n in range(10)]
     reads = [sql for sql in statements if "unbroken_effects" in sql]
@@ -203,7 +203,7 @@ def test_postgres_ledger_pages_use_the_ledger_index(tmp_path: Path) -> None:
 
     store = open_postgres(tmp_path)
     assert isinstance(store, PostgresStore)
-    with psycopg.connect(store.settings.conninfo, autocommit=True) as conn:  # bulk rows, behind the store
+    with psycopg.connect(store.backend.settings.conninfo, autocommit=True) as conn:  # bulk rows, behind the store
         conn.execute(
             "INSERT INTO unbroken_effects (key, run_id, call_id, tool, args_hash, status, attempts, created_at, "
             "updated_at) SELECT 'k' || n, 'run-' || (n % 50), 'c', 't', 'h', 'done', 1, 1000 + n, 1000 + n "

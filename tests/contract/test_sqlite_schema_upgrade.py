@@ -63,7 +63,7 @@ def test_a_schema_2_file_is_upgraded_in_place_and_its_runs_continue(tmp_path: Pa
         saved = copy.deepcopy(writer.state)
         with pytest.raises(LeaseLost):
             writer.turn(7, fence=1)  # the old fence is refused, nothing written
-        head = store.read_head("leased-run")
+        head = store.backend.read_head("leased-run")
         assert head is not None and head.seq == 6
         stale = RunWriter(store, "free-run")
         stale.state.save_seq = 1  # a writer that missed save 2

@@ -298,9 +298,9 @@ def test_a_writer_that_lost_its_fence_does_not_pack(tmp_path: Path) -> None:
         writer.turn(step, fence=lease.fence)
     before = table_counts(path)
     assert before[0] > 4  # records 9..13 are loose: a pack after save 14 would take 9..12
-    store._pack_after(14, "r", lease.fence + 1)  # a fence the store no longer has: nothing moves
+    store.backend._pack_after(14, "r", lease.fence + 1)  # a fence the store no longer has: nothing moves
     assert table_counts(path) == before
-    store._pack_after(14, "r", lease.fence)
+    store.backend._pack_after(14, "r", lease.fence)
     assert table_counts(path) == (before[0] - 4, before[1] + 4)
 
 
@@ -452,7 +452,7 @@ def test_reads_over_segments_stay_bounded(tmp_path: Path) -> None:
         segments = _sqlite_segments.segments_between(conn, "r", 20, 30)
     conn.close()
     assert segments and segments[0].first <= 21 and segments[-1].first <= 30
-    assert [r.seq for r in store.records_between("r", 20, 30)] == list(range(21, 31))
+    assert [r.seq for r in store.backend.records_between("r", 20, 30)] == list(range(21, 31))
 
 
 def test_packing_is_set_from_the_store_url_and_bad_values_are_refused(tmp_path: Path) -> None:
@@ -460,7 +460,7 @@ def test_packing_is_set_from_the_store_url_and_bad_values_are_refused(tmp_path: 
     from unbroken.errors import InvalidStoreURL
 
     store = open_store(f"sqlite:///{tmp_path}/runs.db?keep_recent=3&pack_batch=5")
-    assert isinstance(store, SQLiteStore) and (store.keep_recent, store.pack_batch) == (3, 5)
+    assert isinstance(store, SQLiteStore) and (store.backend.keep_recent, store.backend.pack_batch) == (3, 5)
     store.close()
     for query, says in (
         ("keep_recent=x", "keep_recent must be a whole number, not 'x'"),
@@ -479,7 +479,7 @@ def test_a_short_run_is_read_record_by_record_and_a_long_one_sealed(
     segments; at or above it every sealed segment is read in one parse. Same state either way."""
     store = SQLiteStore(tmp_path / "runs.db", durability="normal", keep_recent=2, pack_batch=4)
     play(store, "r", 30)
-    head = store.read_head("r")
+    head = store.backend.read_head("r")
     assert head is not None
     calls: list[int] = []
     real = segment_read.records_of

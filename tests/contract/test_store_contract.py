@@ -43,7 +43,7 @@ def edited(text: str) -> str:
 
 def corrupt_memory(store: Store, run_id: str, seq: int) -> None:
     assert isinstance(store, InMemoryStore)
-    records = store._runs[run_id].records
+    records = store.backend._runs[run_id].records
     index = next(i for i, record in enumerate(records) if record.seq == seq)
     record = records[index]
     records[index] = StoredRecord(record.seq, tamper(cast(str, record.body)), record.checksum)  # kept as text
@@ -51,15 +51,15 @@ def corrupt_memory(store: Store, run_id: str, seq: int) -> None:
 
 def delete_memory(store: Store, run_id: str, seq: int) -> None:
     assert isinstance(store, InMemoryStore)
-    records = store._runs[run_id].records
+    records = store.backend._runs[run_id].records
     records[:] = [record for record in records if record.seq != seq]
 
 
 def edit_memory(store: Store, run_id: str, key: str) -> None:
     assert isinstance(store, InMemoryStore)
-    sealed = store._runs[run_id].ledger[key]
+    sealed = store.backend._runs[run_id].ledger[key]
     changed = LedgerEntry.from_json(json.loads(edited(json.dumps(sealed.entry.to_json()))))
-    store._runs[run_id].ledger[key] = SealedEntry(changed, sealed.checksum)
+    store.backend._runs[run_id].ledger[key] = SealedEntry(changed, sealed.checksum)
 
 
 def _sqlite_change(store: Store, sql: str, params: tuple[object, ...]) -> None:
@@ -184,19 +184,19 @@ def delete_sqlite_packed(store: Store, run_id: str, seq: int) -> None:
 
 def corrupt_file(store: Store, run_id: str, seq: int) -> None:
     assert isinstance(store, FileStore)
-    path = store.root / "runs" / run_id / "records" / f"{seq:012d}.json"
+    path = store.backend.root / "runs" / run_id / "records" / f"{seq:012d}.json"
     header, body = path.read_text().splitlines()
     path.write_text(f"{header}\n{tamper(body)}\n")
 
 
 def delete_file(store: Store, run_id: str, seq: int) -> None:
     assert isinstance(store, FileStore)
-    (store.root / "runs" / run_id / "records" / f"{seq:012d}.json").unlink()
+    (store.backend.root / "runs" / run_id / "records" / f"{seq:012d}.json").unlink()
 
 
 def edit_file(store: Store, run_id: str, key: str) -> None:
     assert isinstance(store, FileStore)
-    path = store.root / "runs" / run_id / "effects" / effect_name(key)
+    path = store.backend.root / "runs" / run_id / "effects" / effect_name(key)
     path.write_text(edited(path.read_text()))
 
 
@@ -230,7 +230,7 @@ def corrupt_postgres(store: Store, run_id: str, seq: int) -> None:
     import psycopg
 
     assert isinstance(store, PostgresStore)
-    with psycopg.connect(store.settings.conninfo, autocommit=True) as conn:  # a second connection
+    with psycopg.connect(store.backend.settings.conninfo, autocommit=True) as conn:  # a second connection
         where = (run_id, seq)
         row = conn.execute("SELECT body FROM unbroken_records WHERE run_id = %s AND seq = %s", where).fetchone()
         assert row is not None
@@ -242,7 +242,7 @@ def _postgres_change(store: Store, sql: str, params: tuple[object, ...]) -> None
     import psycopg
 
     assert isinstance(store, PostgresStore)
-    with psycopg.connect(store.settings.conninfo, autocommit=True) as conn:  # a second connection
+    with psycopg.connect(store.backend.settings.conninfo, autocommit=True) as conn:  # a second connection
         assert conn.execute(sql, params).rowcount == 1
 
 
@@ -288,14 +288,14 @@ def open_redis(tmp: Path) -> Store:
 def _redis_client(store: RedisStore) -> Any:
     """The store's own client: its replies are bytes (no decode_responses), which redis-py's
     types (``bytes | str``, or an awaitable) cannot say."""
-    return store._client
+    return store.backend._client
 
 
 def corrupt_redis(store: Store, run_id: str, seq: int) -> None:
     from unbroken.stores.redis import RedisStore
 
     assert isinstance(store, RedisStore)
-    client, key = _redis_client(store), store._key("rec", run_id)
+    client, key = _redis_client(store), store.backend._key("rec", run_id)
     for index, element in enumerate(client.lrange(key, 0, -1)):
         number, check, body = element.split(b" ", 2)
         if int(number) == seq:
@@ -306,7 +306,7 @@ def delete_redis(store: Store, run_id: str, seq: int) -> None:
     from unbroken.stores.redis import RedisStore
 
     assert isinstance(store, RedisStore)
-    client, key = _redis_client(store), store._key("rec", run_id)
+    client, key = _redis_client(store), store.backend._key("rec", run_id)
     (element,) = [e for e in client.lrange(key, 0, -1) if int(e.split(b" ", 1)[0]) == seq]
     assert client.lrem(key, 1, element) == 1
 
@@ -315,7 +315,7 @@ def edit_redis(store: Store, run_id: str, key: str) -> None:
     from unbroken.stores.redis import RedisStore
 
     assert isinstance(store, RedisStore)
-    client, ledger = _redis_client(store), store._key("led", run_id)
+    client, ledger = _redis_client(store), store.backend._key("led", run_id)
     client.hset(ledger, key, edited(client.hget(ledger, key).decode()).encode())
 
 
@@ -373,7 +373,7 @@ def corrupt_s3(store: Store, run_id: str, seq: int) -> None:
     from unbroken.stores.s3 import S3Store
 
     assert isinstance(store, S3Store)
-    bucket = store.objects
+    bucket = store.backend.objects
     for name in bucket.names(f"runs/{run_id}/"):
         if "/rec/" not in name and "/seg/" not in name:
             continue
@@ -389,7 +389,7 @@ def delete_s3(store: Store, run_id: str, seq: int) -> None:
     from unbroken.stores.s3 import S3Store
 
     assert isinstance(store, S3Store)
-    bucket = store.objects
+    bucket = store.backend.objects
     for name in bucket.names(f"runs/{run_id}/"):
         if "/rec/" not in name and "/seg/" not in name:
             continue
@@ -411,15 +411,15 @@ def edit_s3(store: Store, run_id: str, key: str) -> None:
     assert isinstance(store, S3Store)
     # The entry is stored in its own object and, while its save is the run's last, in the head.
     for name in (f"runs/{run_id}/led/{quote(key, safe='')}", f"runs/{run_id}/head"):
-        found = store.objects.get(name)
+        found = store.backend.objects.get(name)
         if found is not None:
-            store.objects.put(name, edited(found[0].decode()).encode())
+            store.backend.objects.put(name, edited(found[0].decode()).encode())
 
 
 def _jsonkv_record(store: Store, run_id: str, seq: int) -> Path:
     assert isinstance(store, JsonKVStore)
-    head = json.loads((store.root / "runs" / run_id / "head.json").read_text())
-    return store.root / "runs" / run_id / f"g{head.get('gen', 0)}" / f"{seq}.json"
+    head = json.loads((store.backend.root / "runs" / run_id / "head.json").read_text())
+    return store.backend.root / "runs" / run_id / f"g{head.get('gen', 0)}" / f"{seq}.json"
 
 
 def corrupt_jsonkv(store: Store, run_id: str, seq: int) -> None:
@@ -434,7 +434,7 @@ def delete_jsonkv(store: Store, run_id: str, seq: int) -> None:
 
 def edit_jsonkv(store: Store, run_id: str, key: str) -> None:
     assert isinstance(store, JsonKVStore)
-    (path,) = (store.root / "runs" / run_id / "ledger").glob("*.json")
+    (path,) = (store.backend.root / "runs" / run_id / "ledger").glob("*.json")
     path.write_text(edited(path.read_text()))
 
 
@@ -476,7 +476,7 @@ BACKENDS = [
             corrupt_jsonkv,
             delete_jsonkv,
             edit_jsonkv,
-            lambda store: JsonKVStore(store.root),  # type: ignore[attr-defined]
+            lambda store: JsonKVStore(store.backend.root),  # type: ignore[attr-defined]
         ),
         id="jsonkv-example",
     ),

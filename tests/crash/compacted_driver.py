@@ -90,7 +90,7 @@ def build_agent(store: Store, service: CountingService, turns: int) -> Agent:
 def kill_inside_snapshot_write(store: Store, nth: int) -> None:
     """SIGKILL at the store's inside-write crash point of the ``nth`` snapshot record written."""
     writing = {"snapshot": False, "count": 0}
-    real = store.write_record
+    real = store.backend.write_record
 
     def write_record(save: Any, entries: Any, *, expect_seq: int, fence: int | None) -> None:
         writing["snapshot"] = bool(save.snapshot)
@@ -104,7 +104,7 @@ def kill_inside_snapshot_write(store: Store, nth: int) -> None:
         if writing["snapshot"] and writing["count"] == nth and label in INSIDE_WRITE:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    store.write_record = write_record  # type: ignore[method-assign]
+    store.backend.write_record = write_record  # type: ignore[method-assign]
     crashpoints.observe(observe)
 
 

@@ -66,7 +66,7 @@ class Case:
     def records(self) -> list[StoredRecord]:
         store = open_store(self.store_url)
         try:
-            return store.records_after(self.run_id, 0)
+            return store.backend.records_after(self.run_id, 0)
         finally:
             store.close()
 

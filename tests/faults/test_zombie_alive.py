@@ -48,7 +48,7 @@ def test_a_taker_whose_wall_clock_stepped_an_hour_ahead_does_not_take_a_live_hol
         pytest.skip("faketime (libfaketime) is not installed")
     first = world.start("first", "--pause", "tool-wait", "--ttl", "1")
     world.wait_for("first", "paused", first)  # inside the tool, before the charge, heartbeat running
-    head = world.store.read_head(RUN_ID)
+    head = world.store.backend.read_head(RUN_ID)
     assert head is not None and head.owner is not None  # held (whatever clock its expiry is on)
     env = {**os.environ, "DONT_FAKE_MONOTONIC": "1"}  # only the wall clock steps (NTP, a VM resume)
     second = world.finish(world.start("second", "--ttl", "1", prefix=A_STEP_OF_ONE_HOUR, env=env))

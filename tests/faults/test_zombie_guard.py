@@ -132,7 +132,7 @@ def test_a_tool_can_check_its_lease_and_read_the_fencing_token(store: Store, tmp
         {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "usage": {}},
     ]
     Agent(ScriptedModel(script), [transfer], store).run("move money", run_id=RUN)
-    head = store.read_head(RUN)
+    head = store.backend.read_head(RUN)
     assert head is not None and seen == [head.fence]
     with pytest.raises(LeaseLost, match="outside a tool"):
         current_lease()

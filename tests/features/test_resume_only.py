@@ -34,7 +34,7 @@ def lose(store: Store, run_id: str) -> None:
     """The store loses the run's head, records and ledger; its queue entry survives (a partial
     eviction, or a restore of part of the data)."""
     assert isinstance(store, InMemoryStore)
-    del store._runs[run_id]
+    del store.backend._runs[run_id]
 
 
 def test_resume_continues_a_stored_run_from_its_save_point() -> None:
@@ -84,4 +84,4 @@ def test_a_worker_never_starts_over_a_run_it_saw_saved_and_the_store_lost() -> N
 
     assert charged == [500]  # not charged again
     assert stats.data_lost == 1
-    assert store.records_after("r1", 0) == []  # nothing was started in its place
+    assert store.backend.records_after("r1", 0) == []  # nothing was started in its place

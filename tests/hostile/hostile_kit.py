@@ -88,7 +88,7 @@ def _sql(url: str, statement: str, params: tuple[object, ...]) -> int:
     from unbroken.stores import open_store
 
     with open_store(url) as store:
-        conninfo = store.settings.conninfo  # type: ignore[attr-defined]
+        conninfo = store.backend.settings.conninfo  # type: ignore[attr-defined]
     with psycopg.connect(conninfo, autocommit=True) as pg:
         return pg.execute(statement, params).rowcount
 

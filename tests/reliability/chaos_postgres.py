@@ -61,7 +61,7 @@ def _on_postgres(world: Path, statements: Callable[[str], list[str]]) -> None:
                 for statement in statements(world_schema(world)):
                     conn.execute(statement)
 
-        store._run(op)
+        store.backend._run(op)
     finally:
         store.close()
 
@@ -90,7 +90,7 @@ def _drop_all(workdir: Path) -> None:
             for (schema,) in rows.fetchall():
                 conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
-        store._run(op)
+        store.backend._run(op)
     finally:
         store.close()
 

@@ -148,10 +148,10 @@ def test_sqlite_full_disk_and_io_errors_at_every_statement_are_typed_and_change_
             store = open_store(url.replace(str(base), str(work)))
             before = _observe(store)
             state = store.load(RUN_ID)
-            store._conn = FailingConnection(store.conn, fail_at, message)  # type: ignore[attr-defined]
+            store.backend._conn = FailingConnection(store.backend.conn, fail_at, message)  # type: ignore[attr-defined]
             with pytest.raises(StoreUnavailable):
                 OPERATIONS[operation](store, state)
-            store._conn = store._conn._conn  # type: ignore[attr-defined]
+            store.backend._conn = store.backend._conn._conn  # type: ignore[attr-defined]
             _check_failure_left_the_run_intact(store, before, f"{operation}: {message} at statement {fail_at}")
             OPERATIONS[operation](store, store.load(RUN_ID))
             store.close()

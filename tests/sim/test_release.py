@@ -34,7 +34,7 @@ def test_a_run_call_that_ends_with_nothing_acting_releases_its_lease() -> None:
     world = World(SCENARIO, store)
     try:
         world.play(from_text("step p0 20"), drain_steps=0)
-        head = store.read_head("sim-run-0")
+        head = store.backend.read_head("sim-run-0")
         assert world.journal.ends == ["returned"]
         assert head is not None and head.owner is None
     finally:
@@ -50,12 +50,12 @@ def test_a_tool_still_in_flight_keeps_the_lease_until_its_act_lands() -> None:
                 world.perform(action)
             process = world.processes[0]
             assert world.journal.ends == ["StoreUnavailable"] and process.orphans  # ended, one pay in flight
-            held = store.read_head("sim-run-0")
+            held = store.backend.read_head("sim-run-0")
             assert held is not None and held.owner == process.owner
             assert not world.owner_is_dead(process.owner)  # its tool may still act
             world.advance(70)  # past the act's deadline (EPOCH + 60): it lands
             assert world.now - EPOCH == 70 and len(world.services["payments"].journal) == 2
-            released = store.read_head("sim-run-0")
+            released = store.backend.read_head("sim-run-0")
             assert released is not None and released.owner is None
             world.stack.append(world.processes[1])  # asked from the same host
             assert world.owner_is_dead(process.owner)

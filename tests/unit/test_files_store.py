@@ -30,7 +30,7 @@ def file_store(tmp_path: Path) -> Iterator[FileStore]:
 
 
 def run_dir(store: FileStore, run_id: str) -> Path:
-    return store.root / "runs" / run_id
+    return store.backend.root / "runs" / run_id
 
 
 def record_path(store: FileStore, run_id: str, seq: int) -> Path:
@@ -38,7 +38,7 @@ def record_path(store: FileStore, run_id: str, seq: int) -> Path:
 
 
 def leftover_temp_files(store: FileStore) -> list[Path]:
-    return [path for path in store.root.rglob("*") if path.name.endswith(".tmp") or ".new" in path.name]
+    return [path for path in store.backend.root.rglob("*") if path.name.endswith(".tmp") or ".new" in path.name]
 
 
 def saved_run(store: FileStore, run_id: str = "run-1", turns: int = 3) -> RunWriter:
@@ -140,8 +140,8 @@ def test_delete_run_leaves_nothing_behind(file_store: FileStore) -> None:
 
     file_store.delete_run("run-1")
 
-    assert list((file_store.root / "runs").iterdir()) == []
-    assert list((file_store.root / "trash").iterdir()) == []
+    assert list((file_store.backend.root / "runs").iterdir()) == []
+    assert list((file_store.backend.root / "trash").iterdir()) == []
 
 
 def test_a_save_passes_its_crash_points_in_order(file_store: FileStore) -> None:
@@ -335,7 +335,7 @@ def compacted_records_dir(tmp_path: Path, store: FileStore, run_id: str) -> tupl
     state.save_seq += 1
     other = FileStore(tmp_path / "other")
     other.rewrite(run_id, [encode_full(state, "compacted")], expect_seq=0)
-    return other.root / "runs" / run_id / "records", state.save_seq
+    return other.backend.root / "runs" / run_id / "records", state.save_seq
 
 
 def test_a_rewrite_interrupted_between_its_renames_is_finished_by_the_next_reader(
@@ -386,7 +386,7 @@ def test_a_process_killed_between_the_rewrite_renames_leaves_the_rewritten_run(f
     script = f"""
         from unbroken.codec import encode_full
         from unbroken.stores.files import FileStore
-        store = FileStore({str(file_store.root)!r})
+        store = FileStore({str(file_store.backend.root)!r})
         state = store.load("run-1")
         state.save_seq = 4
         store.rewrite("run-1", [encode_full(state, "compacted")], expect_seq=3)
@@ -405,7 +405,7 @@ def test_ledger_claims_from_several_processes_create_exactly_one_entry(file_stor
         import sys
         from unbroken.stores.files import FileStore
         from unbroken.testing.contract import ledger_entry
-        store = FileStore({str(file_store.root)!r})
+        store = FileStore({str(file_store.backend.root)!r})
         _, created = store.ledger_claim(ledger_entry("run-race", tool="worker-" + sys.argv[1]))
         print(created)
     """
@@ -533,7 +533,7 @@ def test_a_process_killed_while_packing_loses_nothing_and_the_next_save_finishes
         {SMALL_PACKING}
         from unbroken.stores.files import FileStore
         from unbroken.testing.contract import RunWriter
-        run = RunWriter(FileStore({str(file_store.root)!r}), "run-1")
+        run = RunWriter(FileStore({str(file_store.backend.root)!r}), "run-1")
         for step in range(1, 13):
             run.turn(step)
             print(step, flush=True)

@@ -54,14 +54,14 @@ class Counting:
     def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
         self.read = 0
         for name in ("records_between", "records_after"):
-            real = getattr(store, name)
+            real = getattr(store.backend, name)
 
             def counted(*args: Any, _real: Any = real) -> list[StoredRecord]:
                 records: list[StoredRecord] = _real(*args)
                 self.read += len(records)
                 return records
 
-            monkeypatch.setattr(store, name, counted)
+            monkeypatch.setattr(store.backend, name, counted)
 
 
 def damage(store: Store, run_id: str, seq: int) -> None:
@@ -102,7 +102,7 @@ def test_the_tail_state_is_the_whole_runs_state(url: str, compacted: bool) -> No
 def test_the_tail_reads_a_snapshots_worth_of_records(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with opened(url) as store:
         long_run(store)
-        head = store.read_head("r")
+        head = store.backend.read_head("r")
         assert head is not None and head.seq > 200
         counting = Counting(store, monkeypatch)
         paging.read_tail(store, "r", messages=6)
@@ -220,7 +220,7 @@ def test_damage_in_old_records_leaves_the_newest_page_readable(url: str) -> None
 def test_a_missing_tail_is_reported_as_the_whole_run_reports_it(tmp_path: Path) -> None:
     with opened(f"sqlite:///{tmp_path / 'runs.db'}") as store:
         long_run(store, turns=20)
-        head = store.read_head("r")
+        head = store.backend.read_head("r")
         assert head is not None
         with sqlite3.connect(tmp_path / "runs.db") as conn:  # as another process, or a lost write, would
             conn.execute("DELETE FROM unbroken_records WHERE run_id='r' AND seq=?", (head.seq,))
@@ -235,7 +235,7 @@ def test_a_missing_tail_is_reported_as_the_whole_run_reports_it(tmp_path: Path) 
 def test_approvals_and_show_read_the_tail(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with opened(url) as store:
         long_run(store)
-        head = store.read_head("r")
+        head = store.backend.read_head("r")
         assert head is not None
         counting = Counting(store, monkeypatch)
         assert ops.pending_approvals(store, "r") == []
@@ -332,7 +332,7 @@ class Whole:
         self.records = self.summaries = self.entries = 0
         self.whole: list[str] = []
         for name in ("records_between", "records_after", "summaries_page", "entries_page"):
-            real = getattr(store, name)
+            real = getattr(store.backend, name)
 
             def counted(*args: Any, _real: Any = real, _name: str = name) -> list[Any]:
                 rows: list[Any] = _real(*args)
@@ -344,15 +344,22 @@ class Whole:
                     self.entries += len(rows)
                 return rows
 
-            monkeypatch.setattr(store, name, counted)
-        for name in ("iter_raw_records", "read_raw_records", "list_summaries", "list_entries"):
-            real = getattr(store, name)
+            monkeypatch.setattr(store.backend, name, counted)
+        # The loader's whole-run reads (Store's, over the backend's fast path if it has one),
+        # and the backend's whole listings.
+        for owner, name in (
+            (store, "iter_raw_records"),
+            (store, "read_raw_records"),
+            (store.backend, "list_summaries"),
+            (store.backend, "list_entries"),
+        ):
+            real = getattr(owner, name)
 
             def noted(*args: Any, _real: Any = real, _name: str = name) -> Any:
                 self.whole.append(_name)
                 return _real(*args)
 
-            monkeypatch.setattr(store, name, noted)
+            monkeypatch.setattr(owner, name, noted)
 
 
 def test_watch_starts_from_the_tail_and_gives_the_whole_readers_save_points(

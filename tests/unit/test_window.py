@@ -77,19 +77,19 @@ def test_a_compacted_run_loads_the_same_state_from_its_tail() -> None:
 def test_the_tail_load_reads_only_the_last_records(monkeypatch: pytest.MonkeyPatch) -> None:
     store = compacted_run()
     reads: list[int] = []
-    real = store.records_after
+    real = store.backend.records_after
 
     def spy(run_id: str, after_seq: int = 0) -> list[StoredRecord]:
         reads.append(after_seq)
         return real(run_id, after_seq)
 
-    monkeypatch.setattr(store, "records_after", spy)
+    monkeypatch.setattr(store.backend, "records_after", spy)
     monkeypatch.setattr(store, "decode", lambda *a, **k: pytest.fail("the whole run was read"))
     load_window(store, "r")
-    head = store.read_head("r")
+    head = store.backend.read_head("r")
     # First the records from the newest snapshot on (they say whether and where it was
     # compacted), then, if the window starts earlier, the last 128.
-    snapshot = store.snapshot_seq("r")
+    snapshot = store.backend.snapshot_seq("r")
     assert head is not None and head.seq - 50 < snapshot <= head.seq
     assert reads[0] == snapshot - 1 and reads[1:] in ([], [head.seq - 128])
 
@@ -99,18 +99,18 @@ def test_a_long_run_never_compacted_parses_only_the_records_after_its_snapshot_b
 ) -> None:
     store = open_store("memory://")
     Agent(Recorder(script(150)), [lookup], store, max_turns=151).run("count", run_id="r")
-    head = store.read_head("r")
+    head = store.backend.read_head("r")
     assert head is not None and head.seq > 128
     reads: list[int] = []
-    real = store.records_after
+    real = store.backend.records_after
 
     def spy(run_id: str, after_seq: int = 0) -> list[StoredRecord]:
         reads.append(after_seq)
         return real(run_id, after_seq)
 
-    monkeypatch.setattr(store, "records_after", spy)
+    monkeypatch.setattr(store.backend, "records_after", spy)
     tail = load_window(store, "r")
-    assert reads == [store.snapshot_seq("r") - 1, 0] and head.seq - reads[0] <= 50  # then store.decode's read
+    assert reads == [store.backend.snapshot_seq("r") - 1, 0] and head.seq - reads[0] <= 50  # then store.decode's read
     assert tail.message_base == 0 and tail.state == store.decode("r").state
 
 
@@ -123,7 +123,7 @@ def test_a_run_never_compacted_is_read_whole() -> None:
 
 def test_damage_in_the_tail_is_judged_by_the_whole_run_decode(monkeypatch: pytest.MonkeyPatch) -> None:
     store = compacted_run()
-    real = store.records_after
+    real = store.backend.records_after
 
     def damaged(run_id: str, after_seq: int = 0) -> list[StoredRecord]:
         records = real(run_id, after_seq)
@@ -131,7 +131,7 @@ def test_damage_in_the_tail_is_judged_by_the_whole_run_decode(monkeypatch: pytes
         body = last.body if isinstance(last.body, str) else last.body.decode()
         return [*records[:-1], StoredRecord(last.seq, body.replace('"r"', '"x"'), last.checksum)]
 
-    monkeypatch.setattr(store, "records_after", damaged)
+    monkeypatch.setattr(store.backend, "records_after", damaged)
     with pytest.raises(CorruptCheckpoint):
         load_window(store, "r")
 

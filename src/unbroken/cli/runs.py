@@ -20,7 +20,7 @@ from rich.markup import escape
 from .. import SCHEMA_VERSION, ops, paging
 from ..codec import save_info
 from ..errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, LeaseHeld, RunNotFound
-from ..state import RunSummary, SaveInfo, check_run_id
+from ..state import RunSummary, SaveInfo
 from ..stores import Store, open_store
 from ._app import friendly_errors, main, store_option
 from ._render import (
@@ -53,10 +53,10 @@ def runs_command(limit: int, show_all: bool, store_url: str) -> None:
     """List the runs in the store, most recently updated first; queued runs last.
 
     Lists the 50 most recently updated runs and the 50 oldest queued ones by default (--limit
-    N, or --all for every one, a page of 500 at a time). Cost: one page read (store.summaries_page):
+    N, or --all for every one, a page of 500 at a time). Cost: one page read (store.runs_page):
     about N rows on PostgreSQL and Redis (an index by update time); on SQLite, file, S3 and
     memory stores a scan of every run's summary keeping the newest N (docs/stores.md); queued
-    runs a page of N (store.unstarted_page; indexed on SQLite and PostgreSQL)."""
+    runs a page of N (store.unstarted_runs; indexed on SQLite and PostgreSQL)."""
     console = make_console()
     title = f"runs in {escape(store_url)}"
     with ops.open_existing_store(store_url) as store:
@@ -135,7 +135,7 @@ def history_command(run_id: str, last: int | None, from_seq: int | None, show_al
     console = make_console()
     with ops.open_existing_store(store_url) as store:
         try:
-            head = store.read_head(check_run_id(run_id))
+            head = store.head_of(run_id)
             if head is None or head.seq <= 0:
                 store.decode(run_id)  # never saved: RunNotFound (or queued), or lost records
         except RunNotFound:
@@ -217,7 +217,7 @@ def _pages(store: Store, run_id: str) -> Iterator[tuple[list[SaveInfo], list[dic
     saves: list[SaveInfo] = []
     records: list[dict[str, Any]] = []
     folded: dict[str, Any] = {}
-    head = store.read_head(run_id)
+    head = store.head_of(run_id)
     for record, fields in paging.walk(store, run_id, 0, head.seq if head is not None else 0):
         saves.append(save_info(record, fields))
         records.append(record)

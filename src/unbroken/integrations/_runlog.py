@@ -81,7 +81,7 @@ class RunLog:
         with self._lock:
             if self._state is None:
                 return
-            head = self.store.read_head(self.run_id)
+            head = self.store.head_of(self.run_id)
             if (head.seq if head is not None else 0) != self._state.save_seq:
                 self.refresh()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..codec import MAX_RECORD_BYTES, StoredRecord, loads
 from ._file_format import (
@@ -30,10 +29,6 @@ from ._file_runs import RunDirectories
 class RecordReads(RunDirectories):
     """``records_after``, ``read_raw_records``, ``iter_raw_records``, ``records_between`` and
     ``snapshot_seq`` of a file store."""
-
-    if TYPE_CHECKING:
-
-        def _not_found(self, run_id: str) -> Exception: ...  # Store's
 
     def _read_record(self, path: Path, seq: int) -> RawRecord:
         with open(path, "rb") as handle:
@@ -87,10 +82,7 @@ class RecordReads(RunDirectories):
         return [StoredRecord(s, b.decode("utf-8", errors="replace"), c) for s, c, b, _ in self._raw(run_id, after_seq)]
 
     def read_raw_records(self, run_id: str) -> list[StoredRecord]:
-        records = [StoredRecord(seq, body, check) for seq, check, body, _ in self._raw(run_id)]
-        if not records:
-            raise self._not_found(run_id)
-        return records
+        return [StoredRecord(seq, body, check) for seq, check, body, _ in self._raw(run_id)]
 
     def iter_raw_records(self, run_id: str) -> Iterator[StoredRecord]:
         """The records as ``read_raw_records`` gives them, for the loader. Under the run's

@@ -41,19 +41,23 @@ raises ``StoreUnavailable`` (from its driver error) when it cannot reach its sto
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 from .. import codec
-from ..codec import EncodedSave, StoredRecord, checksum, dumps, loads
-from ..state import LedgerEntry, RunSummary
+from ..codec import EncodedSave, PackedRecords, Segment, StoredRecord, checksum, dumps, loads
+from ..state import Lease, LedgerEntry, RunSummary
 
 Durability = Literal["memory", "process_crash", "power_loss"]
 """What a returned write survives: nothing past the process; a process crash; a power loss."""
 
+Reach = Literal["process", "machine", "network"]
+"""Who may share a backend's data at once: one process; the processes of one machine; processes
+on many machines."""
+
 CAPABILITIES = frozenset({"leases", "ledger", "multi_process", "multi_host", "claim"})
-"""The capability names a backend may declare in ``capabilities``."""
+"""The names ``Store.capabilities`` may show (derived from ``Backend.reach`` and ``Queue``)."""
 
 
 class Refused(Exception):
@@ -110,6 +114,18 @@ def is_snapshot(body: str | bytes) -> bool:
     return isinstance(record, dict) and codec.is_snapshot(record)
 
 
+def scan_for_snapshot(backend: Backend, run_id: str, upto_seq: int | None = None) -> int:
+    """The newest snapshot's seq (at or before ``upto_seq``; 0: none) for a backend without a
+    ``SnapshotIndex``: reads the run's records and looks for the flag from the newest back
+    (linear in the run)."""
+    for record in reversed(backend.records_after(run_id, 0)):
+        if upto_seq is not None and record.seq > upto_seq:
+            continue
+        if is_snapshot(record.body):
+            return record.seq
+    return 0
+
+
 def newest_snapshot_between(backend: Backend, run_id: str, lowest: int, top: int) -> int:
     """The seq of the newest snapshot record with ``lowest`` <= seq <= ``top`` (0: none), for a
     backend that keeps no snapshot flag: reads backwards in widening bounded ranges (16 records,
@@ -123,14 +139,35 @@ def newest_snapshot_between(backend: Backend, run_id: str, lowest: int, top: int
     return 0
 
 
+@dataclass(frozen=True)
+class ClaimedRun:
+    """A submitted run a worker has just claimed: its task, the agent name it was submitted
+    for, and the lease the claim took (owner, fence, expiry on the store's clock)."""
+
+    run_id: str
+    task: str
+    agent: str | None
+    lease: Lease
+
+
+def claimable(head: RunHead | None, now: float, holder_is_alive: bool) -> bool:
+    """The claim rule for one queued run's lease: nobody holds it, or its lease expired on the
+    lease clock (``now``) and its holder is not provably alive on this host. (Its phase is the
+    other half: never one of ``base.UNCLAIMABLE_PHASES``.)"""
+    current = head or RunHead()
+    return current.owner is None or (current.expires_at <= now and not holder_is_alive)
+
+
 class Backend(ABC):
     """The primitives of one store. Safe to call from several threads at once.
 
     Run ids reaching a primitive are already checked safe (a file name, a SQL value, a URL
-    segment). ``capabilities`` and ``durability`` are declared by the class, never probed."""
+    segment): only ``Store`` calls a primitive, and it checks them at its door. ``reach`` and
+    ``durability`` are declared by the class; optional abilities are declared by implementing
+    a protocol below (``Queue``, the fast paths), checked once with ``isinstance``."""
 
     url: str = ""
-    capabilities: frozenset[str] = frozenset()
+    reach: Reach = "process"
     durability: Durability = "memory"
 
     # ------------------------------------------------------------------ head and clock
@@ -176,21 +213,6 @@ class Backend(ABC):
         its checksum, as in ``records_after``. Default: filters ``records_after`` (unbounded;
         every shipped backend overrides it; docs/stores.md lists what each one reads)."""
         return [record for record in self.records_after(run_id, after_seq) if record.seq <= upto_seq]
-
-    def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int:
-        """The seq of the run's newest full snapshot record (0: none), or of the newest one at or
-        before ``upto_seq`` when given. Loading needs only it and the records after it. Default:
-        reads the run's records and looks for the flag from the newest back (linear in the run);
-        a backend that stores the flag answers in one query."""
-        for record in reversed(self.records_after(run_id, 0)):
-            if upto_seq is not None and record.seq > upto_seq:
-                continue
-            try:
-                if loads(record.body).get("snapshot") is True:
-                    return record.seq
-            except (ValueError, AttributeError):  # damaged: never a snapshot to start from
-                continue
-        return 0
 
     @abstractmethod
     def list_summaries(self) -> list[RunSummary]:
@@ -245,16 +267,28 @@ class Backend(ABC):
     def delete_entries(self, run_id: str, keys: Sequence[str]) -> None:
         """Delete those entries of the run (garbage collection decided above)."""
 
-    # ------------------------------------------------------------------ submissions (claim)
+    def scrub(self) -> str:
+        """After deletes that must not be recoverable (``erase``): make the deleted bytes
+        unreadable where the backend can, and say what was done ("" when it can do nothing
+        beyond the delete itself). Default: nothing."""
+        return ""
 
+    def close(self) -> None:  # noqa: B027 - optional for backends without resources
+        """Release connections and files. The store cannot be used afterwards."""
+
+
+class QueueBackend(Backend):
+    """A backend that keeps a queue of submitted runs for workers (``Store.submit``,
+    ``claim_runnable``): the two queue primitives, and reads with defaults over them that a
+    backend with an index overrides. A ``Store`` over it has the ``Queue`` ability."""
+
+    @abstractmethod
     def add_submission(self, submission: Submission) -> Submission | None:
-        """Queue it unless its run id is queued (None), else return the queued one. Only for
-        backends declaring ``claim``."""
-        raise NotImplementedError
+        """Queue it unless its run id is queued (None), else return the queued one."""
 
+    @abstractmethod
     def list_submissions(self) -> list[Submission]:
-        """Every queued submission, oldest first. Only for backends declaring ``claim``."""
-        raise NotImplementedError
+        """Every queued submission, oldest first."""
 
     def submission(self, run_id: str) -> Submission | None:
         """The submission of ``run_id``, or None. Default: scans ``list_submissions``; a SQL
@@ -299,11 +333,81 @@ class Backend(ABC):
                     break
         return page
 
-    def scrub(self) -> str:
-        """After deletes that must not be recoverable (``erase``): make the deleted bytes
-        unreadable where the backend can, and say what was done ("" when it can do nothing
-        beyond the delete itself). Default: nothing."""
-        return ""
 
-    def close(self) -> None:  # noqa: B027 - optional for backends without resources
-        """Release connections and files. The store cannot be used afterwards."""
+# ---------------------------------------------------------------------- declared abilities
+#
+# Each is a protocol a backend declares by implementing it; ``Store`` checks each with
+# ``isinstance`` once, when it is built, and never probes a method.
+
+
+@runtime_checkable
+class Queue(Protocol):
+    """The ``claim`` ability: a queue of submitted runs (``QueueBackend`` gives the reads)."""
+
+    def add_submission(self, submission: Submission) -> Submission | None: ...
+    def list_submissions(self) -> list[Submission]: ...
+    def submission(self, run_id: str) -> Submission | None: ...
+    def claimable_page(
+        self, agent: str | None, blocked: frozenset[str], after: tuple[float, str] | None, limit: int
+    ) -> list[Submission]: ...
+    def phase_of(self, run_id: str) -> str | None: ...
+    def unstarted_page(self, after: tuple[float, str] | None, limit: int) -> list[Submission]: ...
+
+
+@runtime_checkable
+class RawReads(Protocol):
+    """Fast path: the run's records with their bodies as UTF-8 bytes (no decode), [] for none."""
+
+    def read_raw_records(self, run_id: str) -> list[StoredRecord]: ...
+
+
+@runtime_checkable
+class StreamedReads(Protocol):
+    """Fast path: the run's records as bytes, yielded lazily in seq order from one consistent
+    read, so a resume never holds the run's bytes beside its parsed state. Nothing for no run."""
+
+    def iter_raw_records(self, run_id: str) -> Iterable[StoredRecord]: ...
+
+
+@runtime_checkable
+class SegmentReads(Protocol):
+    """Fast path: ``StreamedReads`` that also hands over packed segments of older records
+    (``codec.Segment``) as the backend keeps them, for the whole-state loader."""
+
+    def iter_load_pieces(self, run_id: str) -> Iterable[StoredRecord | Segment]: ...
+
+
+@runtime_checkable
+class PackedReads(Protocol):
+    """Fast path: every record body in one buffer (None: no records)."""
+
+    def read_packed(self, run_id: str) -> PackedRecords | None: ...
+
+
+@runtime_checkable
+class SnapshotIndex(Protocol):
+    """The backend finds a run's newest snapshot without reading the run (``snapshot_seq``
+    overridden by an index or a bounded walk back): windowed loads start from it."""
+
+    def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int: ...
+
+
+@runtime_checkable
+class ServerCheck(Protocol):
+    """A server whose durability settings can change while the store is open: checked again
+    before every lease acquisition and claim (``InsufficientDurability`` when it no longer
+    keeps what the URL asks)."""
+
+    def check_server(self) -> Durability: ...
+
+
+@runtime_checkable
+class OneStepClaim(Protocol):
+    """Fast path of ``Store.claim_runnable``: the claim rule (``claimable``, phases not in
+    ``blocked``, oldest first, the agent filter, the limit; fence + 1, ``owner`` for ``ttl``)
+    applied where each run's phase and lease are read in the same atomic step that takes the
+    lease (one SQL statement, one script, one compare-and-set per run)."""
+
+    def claim_in_one_step(
+        self, owner: str, ttl: float, *, agent: str | None, limit: int, blocked: frozenset[str]
+    ) -> list[ClaimedRun]: ...

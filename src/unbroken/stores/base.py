@@ -4,9 +4,14 @@ A backend implements ``Backend`` (head compare-and-set, conditional record write
 insert-if-absent, the store's clock; the atomicity rules are stated there). ``Store`` adds the
 rules: run-id checks, the fence and compare-and-set refusals with their messages, leases and
 take-over, damage detection (checksums, a missing tail against the run's head, ledger entries
-checked like records), decoding, ledger garbage collection, and submit/claim for workers. A
-backend may override a rule method for speed (one SQL statement instead of three primitives);
-it must then keep the rule exactly, and the contract suite checks it.
+checked like records), decoding, ledger garbage collection, and submit/claim for workers.
+
+``Store`` holds its backend (``store.backend``) and is the only caller of its primitives:
+every module above the stores calls ``Store`` methods, which check the run id once, at the
+door (a test pins both). A backend that can do something faster (one SQL statement instead of
+three primitives) declares it by implementing a protocol of ``backend.py`` (``RawReads``,
+``OneStepClaim``, ...), checked once here with ``isinstance`` when the store is built; the
+rule stays here, and the contract suite checks the fast path keeps it.
 
 Damage is never repaired here: a load raises ``CorruptCheckpoint`` and nothing is deleted.
 Recovery is an operator act (``unbroken.ops.recover``).
@@ -17,7 +22,8 @@ from __future__ import annotations
 import difflib
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import Self
 
 from .. import owners
 from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, PackedRecords, Segment, StoredRecord, decode
@@ -35,7 +41,28 @@ from ..errors import (
     Unsupported,
 )
 from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, check_run_id, check_task
-from .backend import CAPABILITIES, Backend, Refused, RunHead, SealedEntry, Submission, entry_checksum, seal
+from .backend import (
+    CAPABILITIES,
+    Backend,
+    ClaimedRun,
+    Durability,
+    OneStepClaim,
+    PackedReads,
+    Queue,
+    RawReads,
+    Refused,
+    RunHead,
+    SealedEntry,
+    SegmentReads,
+    ServerCheck,
+    SnapshotIndex,
+    StreamedReads,
+    Submission,
+    claimable,
+    entry_checksum,
+    scan_for_snapshot,
+    seal,
+)
 
 UNCLAIMABLE_PHASES = TERMINAL_PHASES | {"paused", "awaiting_approval"}
 """Phases a worker never claims: finished, or waiting for a person to act first."""
@@ -73,19 +100,9 @@ def data_lost(
     )
 
 
-@dataclass(frozen=True)
-class ClaimedRun:
-    """A submitted run a worker has just claimed: its task, the agent name it was submitted
-    for, and the lease the claim took (owner, fence, expiry on the store's clock)."""
-
-    run_id: str
-    task: str
-    agent: str | None
-    lease: Lease
-
-
-class Store(Backend):
-    """A place where runs are saved. Safe to share between threads of one process.
+class Store:
+    """A place where runs are saved: the rules, over the primitives of ``backend``. Safe to
+    share between threads of one process.
 
     ``capabilities`` says what the backend supports beyond the core (for example
     ``multi_process``: several processes on one machine may use it at once); a feature the
@@ -97,10 +114,44 @@ class Store(Backend):
     record, which gives the same state and, for fewer records, costs less than importing msgspec
     (~8 ms; the one parse saves ~2 us a record)."""
 
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        # What the backend declares beyond the primitives, checked once here (never probed later).
+        self._queue = backend if isinstance(backend, Queue) else None
+        self._raw = backend if isinstance(backend, RawReads) else None
+        self._streamed = backend if isinstance(backend, StreamedReads) else None
+        self._segments = backend if isinstance(backend, SegmentReads) else None
+        self._packed = backend if isinstance(backend, PackedReads) else None
+        self._snapshots = backend if isinstance(backend, SnapshotIndex) else None
+        self._server = backend if isinstance(backend, ServerCheck) else None
+        self._one_step_claim = backend if isinstance(backend, OneStepClaim) else None
+
+    @property
+    def url(self) -> str:
+        """The URL this store was opened with (``open_store(store.url)`` opens it again)."""
+        return self.backend.url
+
+    @property
+    def durability(self) -> Durability:
+        """What a returned write survives (``Backend.durability``)."""
+        return self.backend.durability
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """``leases`` and ``ledger`` (every store), ``claim`` (a ``Queue`` backend: ``submit``
+        and workers), ``multi_process`` and ``multi_host`` (its ``reach``). Names from
+        ``CAPABILITIES``; derived from what the backend declares, never probed."""
+        reach = {"process": (), "machine": ("multi_process",), "network": ("multi_process", "multi_host")}
+        claim = ("claim",) if self._queue is not None else ()
+        return frozenset(("leases", "ledger", *reach[self.backend.reach], *claim))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url}>"
+
     # ------------------------------------------------------------------ refusals
 
     def _refusal(self, run_id: str, expect_seq: int, fence: int | None) -> Exception:
-        stored = self.read_head(run_id)
+        stored = self.backend.read_head(run_id)
         lost = data_lost(run_id, stored, fence=fence, expect_seq=expect_seq) if fence is not None else None
         if lost is not None:
             return lost
@@ -127,7 +178,7 @@ class Store(Backend):
             if entry.run_id != run_id:
                 raise ValueError(f"ledger entry {entry.key!r} belongs to run {entry.run_id!r}, not {run_id!r}")
         try:
-            self.write_record(save, [seal(entry) for entry in save.ledger], expect_seq=expect_seq, fence=fence)
+            self.backend.write_record(save, [seal(entry) for entry in save.ledger], expect_seq=expect_seq, fence=fence)
         except Refused:
             raise self._refusal(run_id, expect_seq, fence) from None
 
@@ -138,56 +189,118 @@ class Store(Backend):
         if not saves:
             raise ValueError("rewrite needs at least one save record")
         try:
-            self.replace_records(run_id, saves, expect_seq=expect_seq, fence=fence)
+            self.backend.replace_records(run_id, saves, expect_seq=expect_seq, fence=fence)
         except Refused:
             raise self._refusal(run_id, expect_seq, fence) from None
 
     def read_records(self, run_id: str) -> list[StoredRecord]:
         """All save records of the run, in seq order, as stored. Raises ``RunNotFound``."""
-        records = self.records_after(check_run_id(run_id), 0)
+        records = self.backend.records_after(check_run_id(run_id), 0)
         if not records:
             raise self._not_found(run_id)
         return records
 
     def read_raw_records(self, run_id: str) -> list[StoredRecord]:
         """``read_records`` for the loader: a backend may return bodies as UTF-8 bytes here to
-        spare a decode on resume. Defaults to ``read_records``."""
-        return self.read_records(run_id)
+        spare a decode on resume (``RawReads``). Raises ``RunNotFound``."""
+        if self._raw is None:
+            return self.read_records(run_id)
+        records = self._raw.read_raw_records(check_run_id(run_id))
+        if not records:
+            raise self._not_found(run_id)
+        return records
 
     def iter_raw_records(self, run_id: str) -> Iterable[StoredRecord]:
         """``read_raw_records`` for the loader, which checks, parses and drops each record as it
-        comes: a backend may yield them lazily (seq order, one consistent read) so a resume never
-        holds the run's bytes beside its parsed state. Defaults to ``read_raw_records``."""
-        return self.read_raw_records(run_id)
+        comes: a backend may yield them lazily (``StreamedReads``: seq order, one consistent
+        read) so a resume never holds the run's bytes beside its parsed state. A backend without
+        it gives ``read_raw_records`` (``RunNotFound`` for no run); one with it yields nothing."""
+        if self._streamed is None:
+            return self.read_raw_records(run_id)
+        return self._streamed.iter_raw_records(check_run_id(run_id))
 
     def iter_load_pieces(self, run_id: str) -> Iterable[StoredRecord | Segment]:
         """``iter_raw_records`` for the whole-state loader, which also takes packed segments of
         older records (``codec.Segment``, seq order, one consistent read): a backend that packs
-        records hands them over as it keeps them. Defaults to ``iter_raw_records``."""
-        return self.iter_raw_records(run_id)
+        records hands them over as it keeps them (``SegmentReads``)."""
+        if self._segments is None:
+            return self.iter_raw_records(run_id)
+        return self._segments.iter_load_pieces(check_run_id(run_id))
 
     def read_packed(self, run_id: str) -> PackedRecords | None:
-        """All record bodies in one buffer for the loader's fastest path, or None when the
-        backend has no such read (the loader then uses ``read_raw_records``)."""
-        return None
+        """All record bodies in one buffer for the loader's fastest path (``PackedReads``), or
+        None when the backend has no such read or the run no records (the loader then uses
+        ``read_raw_records``)."""
+        return None if self._packed is None else self._packed.read_packed(check_run_id(run_id))
+
+    # ------------------------------------------------------------------ paged and partial reads
+
+    def head_of(self, run_id: str) -> RunHead | None:
+        """The run's head as stored (its last save's seq and its lease, live or expired), or
+        None when the run has none. For a reader that must know how far the run goes."""
+        return self.backend.read_head(check_run_id(run_id))
+
+    def lease_now(self) -> float:
+        """Now on the clock this store judges leases by (``Backend.lease_time``; not always a
+        Unix time): compare a lease's ``expires_at`` with it, never with a local clock."""
+        return self.backend.lease_time()
+
+    def store_now(self) -> float:
+        """Now, as a Unix time for people (the server's clock where there is one)."""
+        return self.backend.store_time()
+
+    def records_since(self, run_id: str, after_seq: int = 0) -> list[StoredRecord]:
+        """The run's records with seq > ``after_seq``, in seq order, as stored (unchecked:
+        the caller checks them, as ``codec`` does); [] when there are none."""
+        return self.backend.records_after(check_run_id(run_id), after_seq)
+
+    def records_in(self, run_id: str, after_seq: int, upto_seq: int) -> list[StoredRecord]:
+        """The run's records with ``after_seq`` < seq <= ``upto_seq``, in seq order, as stored;
+        bounded (reads only those on every shipped backend; docs/stores.md)."""
+        return self.backend.records_between(check_run_id(run_id), after_seq, upto_seq)
+
+    @property
+    def indexes_snapshots(self) -> bool:
+        """Whether ``newest_snapshot`` is answered without reading the whole run (the backend
+        declares ``SnapshotIndex``; every shipped backend does)."""
+        return self._snapshots is not None
+
+    def newest_snapshot(self, run_id: str, upto_seq: int | None = None) -> int:
+        """The seq of the run's newest full snapshot record (0: none), or of the newest one at or
+        before ``upto_seq`` when given. Loading needs only it and the records after it. Without
+        ``SnapshotIndex``: reads the run's records and looks for the flag from the newest back."""
+        check_run_id(run_id)
+        if self._snapshots is not None:
+            return self._snapshots.snapshot_seq(run_id, upto_seq)
+        return scan_for_snapshot(self.backend, run_id, upto_seq)
+
+    def runs_page(self, after: tuple[float, str] | None, limit: int) -> list[RunSummary]:
+        """Up to ``limit`` run summaries, most recently updated first, strictly after the cursor
+        ``after`` = (updated_at, run_id) of the previous page's last row (``Backend.summaries_page``)."""
+        return self.backend.summaries_page(after, limit)
+
+    def scrub_deleted(self) -> str:
+        """After deletes that must not be recoverable (``erase``): make the deleted bytes
+        unreadable where the backend can, and say what was done ("" when nothing more)."""
+        return self.backend.scrub()
 
     def list_runs(self) -> list[RunSummary]:
         """A summary of every stored run, most recently updated first."""
-        return sorted(self.list_summaries(), key=lambda row: row.updated_at, reverse=True)
+        return sorted(self.backend.list_summaries(), key=lambda row: row.updated_at, reverse=True)
 
     def delete_run(self, run_id: str) -> None:
         """Remove the run, its ledger and its lease. Safe to call twice."""
-        self.remove_run(check_run_id(run_id))
+        self.backend.remove_run(check_run_id(run_id))
 
     def _not_found(self, run_id: str) -> Exception:
-        head = self.read_head(run_id)
+        head = self.backend.read_head(run_id)
         if head is not None and head.seq > 0:
             return CorruptCheckpoint(
                 f"run {run_id!r} has lost all its save records (its head says save {head.seq}); nothing was "
                 f"changed. Restore the store from a backup, or delete the run",
                 last_good_seq=0,
             )
-        if "claim" in self.capabilities and self.submission(run_id) is not None:
+        if self._queue is not None and self._queue.submission(run_id) is not None:
             return RunQueued(
                 f"run {run_id!r} in {self.url} is queued (submitted, not started yet): a worker on this "
                 "store starts it (`unbroken worker --agent module:attr --until-idle`, with its --store)"
@@ -198,7 +311,7 @@ class Store(Backend):
         """``; did you mean 'x'?`` naming the stored run ids closest to a mistyped one, from one
         bounded page (the most recently updated runs), or "" when none is close."""
         try:
-            known = [row.run_id for row in self.summaries_page(None, SUGGEST_FROM)]
+            known = [row.run_id for row in self.backend.summaries_page(None, SUGGEST_FROM)]
         except UnbrokenError:  # a suggestion is a courtesy: the run is not found either way
             return ""
         near = difflib.get_close_matches(run_id, known, n=3, cutoff=0.6)
@@ -219,7 +332,7 @@ class Store(Backend):
         # The head first: saves only add records (a rewrite moves the head forward), so every
         # record up to the head read here is in the read below, however many saves land in
         # between. Read after, a save landing between the two reads looked like a lost tail.
-        head = self.read_head(run_id)
+        head = self.backend.read_head(run_id)
         packed = self.read_packed(run_id)
         try:
             if packed is None:
@@ -238,7 +351,7 @@ class Store(Backend):
                     keep_records=keep_records,
                 )
         except CorruptCheckpoint as exc:
-            if exc.last_good_seq == 0 and not self.records_after(run_id, 0):
+            if exc.last_good_seq == 0 and not self.backend.records_after(run_id, 0):
                 raise self._not_found(run_id) from None
             raise
         if head is not None and decoded.problem is None and decoded.last_seq < head.seq:
@@ -267,8 +380,8 @@ class Store(Backend):
 
     def exists(self, run_id: str) -> bool:
         """Whether the run has save records (or had: a run whose records were all lost exists, damaged)."""
-        head = self.read_head(check_run_id(run_id))
-        return (head is not None and head.seq > 0) or bool(self.records_after(run_id, 0))
+        head = self.backend.read_head(check_run_id(run_id))
+        return (head is not None and head.seq > 0) or bool(self.backend.records_after(run_id, 0))
 
     # ------------------------------------------------------------------ ledger
 
@@ -291,7 +404,7 @@ class Store(Backend):
         inserted now). Atomic across threads and processes: of two claims of one key, one wins."""
         run_id = check_run_id(entry.run_id)
         try:
-            existing = self.insert_entry(seal(entry), fence=fence)
+            existing = self.backend.insert_entry(seal(entry), fence=fence)
         except Refused:
             raise self._refusal(run_id, 0, fence) from None
         if existing is None:
@@ -309,18 +422,18 @@ class Store(Backend):
         """Insert or replace the entry for ``entry.key``."""
         run_id = check_run_id(entry.run_id)
         try:
-            self.put_entry(seal(entry), fence=fence)
+            self.backend.put_entry(seal(entry), fence=fence)
         except Refused:
             raise self._refusal(run_id, 0, fence) from None
 
     def ledger_get(self, run_id: str, key: str) -> LedgerEntry | None:
         """The entry for ``key`` in run ``run_id``, or None. ``CorruptCheckpoint`` if damaged."""
-        return self._checked(check_run_id(run_id), self.get_entry(run_id, key), key)
+        return self._checked(check_run_id(run_id), self.backend.get_entry(run_id, key), key)
 
     def ledger_list(self, run_id: str) -> list[LedgerEntry]:
         """Every ledger entry of the run, oldest first. ``CorruptCheckpoint`` if one is damaged."""
         check_run_id(run_id)
-        rows = [self._checked(run_id, sealed) for sealed in self.list_entries(run_id)]
+        rows = [self._checked(run_id, sealed) for sealed in self.backend.list_entries(run_id)]
         return sorted((e for e in rows if e is not None), key=lambda e: (e.created_at, e.key))
 
     def ledger_page(
@@ -335,7 +448,7 @@ class Store(Backend):
         page: list[LedgerEntry] = []
         while len(page) < limit:
             ask = limit - len(page)
-            rows = self.entries_page(run_id, before, ask)
+            rows = self.backend.entries_page(run_id, before, ask)
             for sealed in rows:
                 before = (sealed.entry.created_at, sealed.entry.key)
                 entry = self._checked(run_id, sealed)
@@ -349,12 +462,12 @@ class Store(Backend):
         """Delete ledger entries last updated before ``older_than`` (a Unix time) that belong
         to finished runs; never those of a run that is still live. Returns how many."""
         removed = 0
-        for summary in self.list_summaries():
+        for summary in self.backend.list_summaries():
             if summary.phase not in TERMINAL_PHASES:
                 continue
-            doomed = [s.entry.key for s in self.list_entries(summary.run_id) if s.entry.updated_at < older_than]
+            doomed = [s.entry.key for s in self.backend.list_entries(summary.run_id) if s.entry.updated_at < older_than]
             if doomed:
-                self.delete_entries(summary.run_id, doomed)
+                self.backend.delete_entries(summary.run_id, doomed)
                 removed += len(doomed)
         return removed
 
@@ -363,16 +476,19 @@ class Store(Backend):
     def acquire_lease(self, run_id: str, owner: str, ttl: float, *, takeover_from: str | None = None) -> Lease:
         """Take the run's lease for ``ttl`` seconds and bump its fence token. Succeeds if the
         run has no live lease (expiry judged on the store's lease clock), if ``owner`` already holds
-        it, or if the holder is ``takeover_from`` (the caller proved it dead). Else ``LeaseHeld``."""
+        it, or if the holder is ``takeover_from`` (the caller proved it dead). Else ``LeaseHeld``.
+        A server whose durability settings can change (``ServerCheck``) is checked first."""
         check_run_id(run_id)
+        if self._server is not None:
+            self._server.check_server()
         for _ in range(_CAS_ATTEMPTS):
-            head = self.read_head(run_id)
-            now = self.lease_time()
+            head = self.backend.read_head(run_id)
+            now = self.backend.lease_time()
             current = head or RunHead()
             if current.owner is not None and current.expires_at > now and current.owner not in (owner, takeover_from):
                 raise LeaseHeld(f"run {run_id!r} is held by {current.owner} for {current.expires_at - now:.1f}s more")
             new = RunHead(current.seq, current.fence + 1, owner, now + ttl)
-            if self.swap_head(run_id, head, new):
+            if self.backend.swap_head(run_id, head, new):
                 return Lease(run_id, owner, new.fence, new.expires_at)
         raise StoreUnavailable(f"the lease of run {run_id!r} kept changing under {_CAS_ATTEMPTS} attempts; retry")
 
@@ -380,30 +496,30 @@ class Store(Backend):
         """Extend the lease; ``LeaseLost`` if its fence is no longer current, ``StoreDataLost``
         if the run's head vanished or went backwards (``data_lost``)."""
         for _ in range(_CAS_ATTEMPTS):
-            head = self.read_head(lease.run_id)
+            head = self.backend.read_head(lease.run_id)
             if head is None or head.fence != lease.fence or head.owner != lease.owner:
                 lost = data_lost(lease.run_id, head, fence=lease.fence, owner=lease.owner)
                 if lost is not None:
                     raise lost
                 raise LeaseLost(f"lease on run {lease.run_id!r} (fence {lease.fence}) was taken over")
-            new = replace(head, expires_at=self.lease_time() + ttl)
-            if self.swap_head(lease.run_id, head, new):
+            new = replace(head, expires_at=self.backend.lease_time() + ttl)
+            if self.backend.swap_head(lease.run_id, head, new):
                 return replace(lease, expires_at=new.expires_at)
         raise StoreUnavailable(f"the lease of run {lease.run_id!r} kept changing; retry")
 
     def release_lease(self, lease: Lease) -> None:
         """Give the lease up (no-op if it was already lost)."""
         for _ in range(_CAS_ATTEMPTS):
-            head = self.read_head(lease.run_id)
+            head = self.backend.read_head(lease.run_id)
             if head is None or head.fence != lease.fence or head.owner is None:
                 return
-            if self.swap_head(lease.run_id, head, replace(head, owner=None, expires_at=0.0)):
+            if self.backend.swap_head(lease.run_id, head, replace(head, owner=None, expires_at=0.0)):
                 return
 
     def lease_of(self, run_id: str) -> Lease | None:
         """The run's current lease holder, or None when nobody holds a live lease."""
-        head = self.read_head(check_run_id(run_id))
-        if head is None or head.owner is None or head.expires_at <= self.lease_time():
+        head = self.backend.read_head(check_run_id(run_id))
+        if head is None or head.owner is None or head.expires_at <= self.backend.lease_time():
             return None
         return Lease(run_id, head.owner, head.fence, head.expires_at)
 
@@ -421,14 +537,16 @@ class Store(Backend):
         it; workers started for another agent name leave it alone. Durable when it returns;
         safe to call twice with the same run id and task. Raises ``TaskMismatch`` if the run id
         holds another task, ``Unsupported`` on stores without the ``claim`` capability."""
-        if "claim" not in self.capabilities:
+        if self._queue is None:
             raise self._unsupported("queue runs for workers")
         run_id = check_run_id(run_id if run_id is not None else f"run-{uuid.uuid4().hex[:12]}")
         check_task(task)
-        head = self.read_head(run_id)
+        head = self.backend.read_head(run_id)
         if head is not None and head.seq > 0:  # a saved run keeps its task: checked before queuing it
-            self._same_task(run_id, task, next((s.task for s in self.list_summaries() if s.run_id == run_id), task))
-        queued = self.add_submission(Submission(run_id, task, agent, self.store_time()))
+            self._same_task(
+                run_id, task, next((s.task for s in self.backend.list_summaries() if s.run_id == run_id), task)
+            )
+        queued = self._queue.add_submission(Submission(run_id, task, agent, self.backend.store_time()))
         self._same_task(run_id, task, queued.task if queued is not None else task)
         return run_id
 
@@ -445,19 +563,24 @@ class Store(Backend):
         whose holder is not provably alive on this host): each gets
         ``owner`` as lease holder for ``ttl`` seconds and a new fence token. Two concurrent
         callers never claim the same run (the head's compare-and-set decides)."""
-        if "claim" not in self.capabilities:
+        if self._queue is None:
             raise self._unsupported("hand runs to workers")
+        if self._server is not None:
+            self._server.check_server()
         blocked = frozenset(UNCLAIMABLE_PHASES)
+        if self._one_step_claim is not None:
+            return self._one_step_claim.claim_in_one_step(owner, ttl, agent=agent, limit=limit, blocked=blocked)
         picked: list[tuple[Submission, RunHead | None, float]] = []
         after: tuple[float, str] | None = None
         while len(picked) < limit:  # a page of the queue at a time: a long queue is not read whole
-            page = self.claimable_page(agent, blocked, after, CLAIM_PAGE)
+            page = self._queue.claimable_page(agent, blocked, after, CLAIM_PAGE)
             for queued in page:
-                head = self.read_head(queued.run_id)
-                now = self.lease_time()
-                current = head or RunHead()
-                if current.owner is None or (current.expires_at <= now and not owners.owner_is_alive(current.owner)):
-                    picked.append((queued, head, now))  # a holder alive on this host keeps it, expired or not
+                head = self.backend.read_head(queued.run_id)
+                now = self.backend.lease_time()
+                holder = head.owner if head is not None else None
+                # a holder alive on this host keeps it, expired or not
+                if claimable(head, now, holder is not None and owners.owner_is_alive(holder)):
+                    picked.append((queued, head, now))
                     if len(picked) >= limit:
                         break
             if len(page) < CLAIM_PAGE:
@@ -467,18 +590,38 @@ class Store(Backend):
         for queued, head, now in picked:
             # The phase again, read after the head: a run that finished before its head was
             # read shows it here; one that finished after moved its head, so its swap fails.
-            if self.phase_of(queued.run_id) in blocked:
+            if self._queue.phase_of(queued.run_id) in blocked:
                 continue
             current = head or RunHead()
             new = RunHead(current.seq, current.fence + 1, owner, now + ttl)
-            if self.swap_head(queued.run_id, head, new):
+            if self.backend.swap_head(queued.run_id, head, new):
                 lease = Lease(queued.run_id, owner, new.fence, new.expires_at)
                 claimed.append(ClaimedRun(queued.run_id, queued.task, queued.agent, lease))
         return claimed
 
+    # ------------------------------------------------------------------ queue reads
+
+    def queued_runs(self) -> list[Submission]:
+        """Every queued submission, oldest first ([] on a store without ``claim``)."""
+        return [] if self._queue is None else self._queue.list_submissions()
+
+    def queued(self, run_id: str) -> Submission | None:
+        """The submission of ``run_id`` (None: not queued, or a store without ``claim``)."""
+        check_run_id(run_id)
+        return None if self._queue is None else self._queue.submission(run_id)
+
+    def unstarted_runs(self, after: tuple[float, str] | None, limit: int) -> list[Submission]:
+        """Up to ``limit`` queued runs with no save point yet, oldest first, strictly after the
+        cursor ``after`` = (submitted_at, run_id) ([] on a store without ``claim``)."""
+        return [] if self._queue is None else self._queue.unstarted_page(after, limit)
+
+    def close(self) -> None:
+        """Release the backend's connections and files. The store cannot be used afterwards."""
+        self.backend.close()
+
     # ------------------------------------------------------------------ lifetime
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

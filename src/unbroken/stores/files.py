@@ -90,7 +90,7 @@ from ._file_format import (
 from ._file_leases import LeaseFiles
 from ._file_ledger import LedgerFiles
 from ._file_reads import RecordReads
-from .backend import Refused, SealedEntry, seal
+from .backend import Backend, Reach, Refused, SealedEntry, seal
 from .base import Store
 
 _LOCK_ATTEMPTS = 100
@@ -101,10 +101,10 @@ PACK_BATCH = 256
 SEGMENT_BYTES = 16 * 1024 * 1024
 
 
-class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
-    """A run store in a directory: one JSON file per save point."""
+class FileBackend(RecordReads, LedgerFiles, LeaseFiles, Backend):
+    """The primitives of a run store in a directory: one JSON file per save point."""
 
-    capabilities = frozenset({"leases", "ledger", "multi_process"})
+    reach: Reach = "machine"
 
     def __init__(self, path: str | os.PathLike[str], *, url: str | None = None, mode: int = PRIVATE_FILE_MODE) -> None:
         """``mode``: the permissions of every file the store creates (directories get the
@@ -202,7 +202,7 @@ class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
                     os.unlink(temp)
 
     def _run_dir(self, run_id: str) -> Path:
-        return self._runs / check_run_id(run_id)
+        return self._runs / run_id  # checked at the Store's door
 
     def _create_run_dir(self, run_id: str) -> None:
         """Create the run's directory complete (records/, effects/, .lock) or not at all."""
@@ -521,3 +521,18 @@ class FileStore(RecordReads, LedgerFiles, LeaseFiles, Store):
             os.rename(run_dir, trash)
             fsync_dir(self._runs)
         remove_tree(trash)
+
+
+class FileStore(Store):
+    """A run store in a directory: one JSON file per save point (``Store``'s rules over
+    ``FileBackend``)."""
+
+    backend: FileBackend
+
+    def __init__(self, path: str | os.PathLike[str], *, url: str | None = None, mode: int = PRIVATE_FILE_MODE) -> None:
+        super().__init__(FileBackend(path, url=url, mode=mode))
+
+    @property
+    def root(self) -> Path:
+        """The store's directory."""
+        return self.backend.root

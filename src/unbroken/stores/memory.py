@@ -13,7 +13,7 @@ from .. import clock
 from ..codec import EncodedSave, StoredRecord
 from ..state import RunSummary
 from ._boot_lease_clock import BootLeaseClock
-from .backend import Refused, RunHead, SealedEntry, Submission
+from .backend import Durability, QueueBackend, Refused, RunHead, SealedEntry, Submission
 from .base import Store
 
 
@@ -30,11 +30,10 @@ def _seq(record: StoredRecord) -> int:
     return record.seq
 
 
-class InMemoryStore(Store):
-    """``memory://``: a store in this process's memory."""
+class InMemoryBackend(QueueBackend):
+    """The primitives of ``memory://``: a store in this process's memory."""
 
-    capabilities = frozenset({"leases", "ledger", "claim"})
-    durability = "memory"
+    durability: Durability = "memory"
 
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
@@ -176,3 +175,12 @@ class InMemoryStore(Store):
     def list_submissions(self) -> list[Submission]:
         with self._lock:
             return sorted(self._queue.values(), key=lambda s: (s.submitted_at, s.run_id))
+
+
+class InMemoryStore(Store):
+    """``memory://``: a store in this process's memory (``Store``'s rules over ``InMemoryBackend``)."""
+
+    backend: InMemoryBackend
+
+    def __init__(self, url: str = "memory://") -> None:
+        super().__init__(InMemoryBackend(url))

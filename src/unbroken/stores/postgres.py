@@ -39,14 +39,15 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .. import clock, crashpoints
+from .. import crashpoints
 from ..codec import EncodedSave, StoredRecord, dumps
 from ..errors import ConcurrentSave, IncompatibleSchema, InvalidStoreURL, StoreUnavailable
 from ..state import Lease, RunSummary
 from ._postgres_settings import check_durability, level_of
+from ._retry import Deadline, retry_until_deadline
 from ._rows import ledger_from_row, ledger_to_row
-from .backend import Durability, Refused, RunHead, SealedEntry, Submission, seal
-from .base import ClaimedRun, Store
+from .backend import ClaimedRun, Durability, QueueBackend, Reach, Refused, RunHead, SealedEntry, Submission, seal
+from .base import Store
 
 T = TypeVar("T")
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -207,11 +208,12 @@ def _one_line(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- the store
 
 
-class PostgresStore(Store):
-    """A run store in a PostgreSQL database. Safe to share between threads; each process opens
-    its own connection pool (a forked child opens a new one)."""
+class PostgresBackend(QueueBackend):
+    """The primitives of a run store in a PostgreSQL database. Safe to share between threads;
+    each process opens its own connection pool (a forked child opens a new one). Declares
+    ``ServerCheck`` (``check_server``), ``StreamedReads`` and ``OneStepClaim``."""
 
-    capabilities = frozenset({"leases", "ledger", "multi_process", "multi_host", "claim"})
+    reach: Reach = "network"
     durability: Durability = "power_loss"
 
     def __init__(self, url: str) -> None:
@@ -270,11 +272,9 @@ class PostgresStore(Store):
 
     def _run(self, op: Callable[[Conn, bool], T]) -> T:
         """Run ``op(connection, retried)``, retrying on a lost connection until ``retry_for``
-        has passed. ``retried`` tells ``op`` that an earlier attempt may have committed."""
-        deadline = clock.monotonic() + self.settings.retry_for
-        pause = 0.02
-        retried = False
-        while True:
+        has passed (``_retry``). ``retried`` tells ``op`` that an earlier attempt may have committed."""
+
+        def attempt(retried: bool) -> T:
             try:
                 try:
                     with self._get_pool().connection() as conn:
@@ -284,15 +284,17 @@ class PostgresStore(Store):
                     # back from: one direct connection tells, and does the work if it is.
                     with psycopg.connect(self.settings.conninfo, autocommit=True) as conn:
                         return op(conn, True)
-            except psycopg.OperationalError as exc:
-                left = deadline - clock.monotonic()
-                if left <= 0:
-                    raise self._unreachable(exc) from exc
-                retried = True
-                clock.sleep(min(pause, left))
-                pause = min(pause * 2, 0.5)
+            except psycopg.OperationalError:
+                raise  # transient: retried below
             except psycopg.Error as exc:
                 raise StoreUnavailable(f"PostgreSQL store at {self.settings.where}: {_one_line(exc)}") from exc
+
+        return retry_until_deadline(
+            attempt,
+            retry_for=self.settings.retry_for,
+            transient=(psycopg.OperationalError,),
+            unreachable=self._unreachable,
+        )
 
     def _unreachable(self, exc: BaseException) -> StoreUnavailable:
         return StoreUnavailable(
@@ -305,8 +307,7 @@ class PostgresStore(Store):
         closed. A lost connection is retried like ``_run`` until the first item has come; after
         that it raises ``StoreUnavailable`` (a read started again would be another snapshot,
         and the reader has taken part of this one)."""
-        deadline = clock.monotonic() + self.settings.retry_for
-        pause = 0.02
+        deadline = Deadline(self.settings.retry_for, self._unreachable)
         started = False
         while True:
             try:
@@ -326,16 +327,12 @@ class PostgresStore(Store):
                     yield from items  # (not one loop level more per item)
                     return
             except psycopg.OperationalError as exc:
-                left = deadline - clock.monotonic()
                 if started:
                     raise StoreUnavailable(
                         f"lost the connection to PostgreSQL at {self.settings.where} in the middle of a read "
                         f"({_one_line(exc)}); nothing was changed: try again"
                     ) from exc
-                if left <= 0:
-                    raise self._unreachable(exc) from exc
-                clock.sleep(min(pause, left))
-                pause = min(pause * 2, 0.5)
+                deadline.wait(exc)
             except psycopg.Error as exc:
                 raise StoreUnavailable(f"PostgreSQL store at {self.settings.where}: {_one_line(exc)}") from exc
 
@@ -558,10 +555,11 @@ class PostgresStore(Store):
         self._run(lambda conn, _: conn.execute(Q["ledger_delete"], params))
 
     # ------------------------------------------------------------------ claiming
-    # submit is Store.submit over these two primitives (the task rule lives there). claim_runnable
-    # is a speed override: one statement, SKIP LOCKED, taking the rule from base.py (the phases in
-    # UNCLAIMABLE_PHASES, a test checks the SQL lists exactly them; the agent filter; a lease free or
-    # expired on the database clock); the contract suite proves it equivalent to Store.claim_runnable.
+    # submit is Store.submit over these two primitives (the task rule lives there). The claim is
+    # Store.claim_runnable's fast path (OneStepClaim): one statement, SKIP LOCKED, taking the rule
+    # from base.py (the phases in UNCLAIMABLE_PHASES, a test checks the SQL lists exactly them; the
+    # agent filter; a lease free or expired on the database clock); the contract suite proves it
+    # equivalent to the rule over primitives.
 
     def add_submission(self, submission: Submission) -> Submission | None:
         params = {
@@ -610,13 +608,12 @@ class PostgresStore(Store):
         of the server can change both settings while the store is open."""
         return self._run(lambda conn, _: self._check_server(conn))
 
-    def acquire_lease(self, run_id: str, owner: str, ttl: float, *, takeover_from: str | None = None) -> Lease:
-        """As ``Store.acquire_lease``, after ``check_server``."""
-        self.check_server()
-        return super().acquire_lease(run_id, owner, ttl, takeover_from=takeover_from)
-
-    def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
-        self.check_server()
+    def claim_in_one_step(
+        self, owner: str, ttl: float, *, agent: str | None, limit: int, blocked: frozenset[str]
+    ) -> list[ClaimedRun]:
+        """One statement (``claim_runnable`` in queries.sql): its phase list is ``blocked``
+        (``base.UNCLAIMABLE_PHASES``) written out, as the partial index it claims from needs;
+        a test compares the two."""
         params = {"owner": owner, "ttl": float(ttl), "agent": agent, "limit": int(limit)}
         rows = self._run(lambda conn, _: conn.execute(Q["claim_runnable"], params).fetchall())
         return [
@@ -647,3 +644,16 @@ def _ledger_json(entries: Sequence[SealedEntry]) -> str:
     for params in by_key.values():
         del params["fence"]
     return json.dumps(list(by_key.values()), ensure_ascii=False, allow_nan=False)
+
+
+class PostgresStore(Store):
+    """A run store in a PostgreSQL database: ``Store``'s rules over ``PostgresBackend``."""
+
+    backend: PostgresBackend
+
+    def __init__(self, url: str) -> None:
+        super().__init__(PostgresBackend(url))
+
+    def check_server(self) -> Durability:
+        """What the server gives now (``InsufficientDurability`` if less than the URL asks)."""
+        return self.backend.check_server()

@@ -35,24 +35,37 @@ from typing import Any, TypeVar
 
 import redis
 
-from .. import clock, crashpoints
+from .. import crashpoints
 from ..codec import EncodedSave, PackedRecords, StoredRecord, dumps
 from ..errors import CorruptCheckpoint, InvalidStoreURL, StoreUnavailable
 from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunSummary
 from . import _redis_scripts as lua
 from ._redis_settings import LEVELS, UNKNOWN, ServerSettings, assume_noeviction, check_durability, split_url, where_of
-from .backend import Durability, Refused, RunHead, SealedEntry, Submission, newest_snapshot_between, seal
-from .base import UNCLAIMABLE_PHASES, ClaimedRun, Store
+from ._retry import retry_until_deadline
+from .backend import (
+    ClaimedRun,
+    Durability,
+    QueueBackend,
+    Reach,
+    Refused,
+    RunHead,
+    SealedEntry,
+    Submission,
+    newest_snapshot_between,
+    seal,
+)
+from .base import Store
 
 T = TypeVar("T")
 _TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
-class RedisStore(Store):
-    """A run store in a Redis database. Safe to share between threads; a forked child opens
-    its own connections (redis-py's pool notices the fork)."""
+class RedisBackend(QueueBackend):
+    """The primitives of a run store in a Redis database. Safe to share between threads; a
+    forked child opens its own connections (redis-py's pool notices the fork). Declares
+    ``ServerCheck``, ``RawReads``, ``PackedReads`` and ``OneStepClaim``."""
 
-    capabilities = frozenset({"leases", "ledger", "multi_process", "multi_host", "claim"})
+    reach: Reach = "network"
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -93,24 +106,25 @@ class RedisStore(Store):
 
     def _call(self, op: Callable[[bool], T]) -> T:
         """Run ``op(retried)``, retrying while the server is unreachable, for up to ``retry_for``
-        seconds. ``retried`` tells ``op`` that an earlier attempt may have been applied."""
-        deadline = clock.monotonic() + self.retry_for
-        pause, retried = 0.02, False
-        while True:
+        seconds (``_retry``). ``retried`` tells ``op`` that an earlier attempt may have been applied."""
+
+        def attempt(retried: bool) -> T:
             try:
                 return op(retried)
-            except _TRANSIENT as exc:
-                left = deadline - clock.monotonic()
-                if left <= 0:
-                    raise StoreUnavailable(
-                        f"Redis at {self.where} is unreachable ({exc}); gave up after {self.retry_for:g}s. "
-                        "The run is intact at its last save point."
-                    ) from exc
-                retried = True
-                clock.sleep(min(pause, left))
-                pause = min(pause * 2, 0.5)
+            except _TRANSIENT:
+                raise  # retried below
             except redis.RedisError as exc:
                 raise StoreUnavailable(f"Redis at {self.where}: {exc}") from exc
+
+        return retry_until_deadline(
+            attempt, retry_for=self.retry_for, transient=_TRANSIENT, unreachable=self._unreachable
+        )
+
+    def _unreachable(self, exc: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"Redis at {self.where} is unreachable ({exc}); gave up after {self.retry_for:g}s. "
+            "The run is intact at its last save point."
+        )
 
     def server_settings(self) -> ServerSettings:
         """The server's persistence and eviction settings: ``CONFIG GET`` (one round trip), or
@@ -278,8 +292,6 @@ class RedisStore(Store):
         for element in self._elements(run_id):
             seq, check, body = self._split(element)
             records.append(StoredRecord(seq, body, check))
-        if not records:
-            raise self._not_found(run_id)
         return records
 
     def read_packed(self, run_id: str) -> PackedRecords | None:
@@ -443,20 +455,14 @@ class RedisStore(Store):
         stored = self._call(lambda _: script(keys=keys, args=args))
         return _parse_submission(submission.run_id, stored) if stored else None
 
-    def acquire_lease(self, run_id: str, owner: str, ttl: float, *, takeover_from: str | None = None) -> Lease:
-        """As ``Store.acquire_lease``, after checking that the server still keeps what the URL
-        asks (``check_server``: one round trip; its settings can change while it runs)."""
-        self.check_server()
-        return super().acquire_lease(run_id, owner, ttl, takeover_from=takeover_from)
-
-    def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
-        """As ``Store.claim_runnable``, with the phase and the lease checked in the same script
-        that takes the lease (the default reads phases first, so a run finishing meanwhile could
-        be claimed again). Only queued runs not yet seen finished are looked at. The server's
-        settings are checked first, as in ``acquire_lease``."""
-        self.check_server()
+    def claim_in_one_step(
+        self, owner: str, ttl: float, *, agent: str | None, limit: int, blocked: frozenset[str]
+    ) -> list[ClaimedRun]:
+        """``Store.claim_runnable``'s rule with the phase (not in ``blocked``) and the lease
+        checked in the same script that takes the lease. Only queued runs not yet seen finished
+        are looked at (the script drops a finished run from the queue's order)."""
         script = self._scripts["CLAIM"]
-        phases = (",".join(sorted(UNCLAIMABLE_PHASES)), ",".join(sorted(TERMINAL_PHASES)))
+        phases = (",".join(sorted(blocked)), ",".join(sorted(TERMINAL_PHASES)))
         queued_ids = [_text(r) for r in self._call(lambda _: self._client.zrange(self._key("queue"), 0, -1))]
         if not queued_ids:
             return []
@@ -518,3 +524,20 @@ def _parse_entry(value: bytes) -> SealedEntry:
 def _parse_submission(run_id: str, value: bytes) -> Submission:
     data = json.loads(value)
     return Submission(run_id, data["task"], data["agent"], float(data["submitted_at"]))
+
+
+class RedisStore(Store):
+    """A run store in a Redis database: ``Store``'s rules over ``RedisBackend``."""
+
+    backend: RedisBackend
+
+    def __init__(self, url: str) -> None:
+        super().__init__(RedisBackend(url))
+
+    def check_server(self) -> Durability:
+        """What the server gives now (``InsufficientDurability`` if less than the URL asks)."""
+        return self.backend.check_server()
+
+    def server_settings(self) -> ServerSettings:
+        """The server's persistence and eviction settings, as it reports them."""
+        return self.backend.server_settings()

@@ -42,8 +42,19 @@ from ..state import Lease, RunSummary
 from ._s3_layout import Head, empty_head, pack, parse_url, summary_json, unpack
 from ._s3_ledger import S3Ledger, sealed_json
 from ._s3_objects import Bucket, PreconditionFailed
-from .backend import Refused, RunHead, SealedEntry, Submission, newest_snapshot_between, seal
-from .base import UNCLAIMABLE_PHASES, ClaimedRun, Store
+from .backend import (
+    ClaimedRun,
+    QueueBackend,
+    Reach,
+    Refused,
+    RunHead,
+    SealedEntry,
+    Submission,
+    claimable,
+    newest_snapshot_between,
+    seal,
+)
+from .base import Store
 
 PACK_EVERY = 64
 """Loose records a run may have before the next save packs them into a segment."""
@@ -54,10 +65,11 @@ MISSING = "missing"  # the checksum of a record whose object is gone: it can nev
 _INDEX_PROBE = 64 * 1024  # bytes read first from a segment read in part: its index line, often some bodies
 
 
-class S3Store(S3Ledger, Store):
-    """A run store in an S3 bucket (or an S3-compatible service with conditional writes)."""
+class S3Backend(S3Ledger, QueueBackend):
+    """The primitives of a run store in an S3 bucket (or an S3-compatible service with
+    conditional writes). Declares ``RawReads``, ``PackedReads`` and ``OneStepClaim``."""
 
-    capabilities = frozenset({"leases", "ledger", "multi_process", "multi_host", "claim"})
+    reach: Reach = "network"
     durability = "power_loss"  # an object store acknowledges a put once it is stored redundantly
 
     def __init__(self, url: str) -> None:
@@ -352,10 +364,7 @@ class S3Store(S3Ledger, Store):
         return newest_snapshot_between(self, run_id, lowest, top)
 
     def read_raw_records(self, run_id: str) -> list[StoredRecord]:
-        records = [StoredRecord(seq, body, check) for seq, check, body in self._records(run_id, 0)]
-        if not records:
-            raise self._not_found(run_id)
-        return records
+        return [StoredRecord(seq, body, check) for seq, check, body in self._records(run_id, 0)]
 
     def read_packed(self, run_id: str) -> PackedRecords | None:
         records = self._records(run_id, 0)
@@ -425,9 +434,11 @@ class S3Store(S3Ledger, Store):
             found = self.objects.get(f"queue/{submission.run_id}")
             return replace(submission, **json.loads(found[0])) if found is not None else None
 
-    def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
-        """As ``Store.claim_runnable``, with the phase read from the same head version the
-        compare-and-set replaces (so a run finishing meanwhile is never claimed again)."""
+    def claim_in_one_step(
+        self, owner: str, ttl: float, *, agent: str | None, limit: int, blocked: frozenset[str]
+    ) -> list[ClaimedRun]:
+        """``Store.claim_runnable``'s rule (``claimable``), with the phase read from the same head
+        version the compare-and-set replaces (so a run finishing meanwhile is never claimed again)."""
         claimed: list[ClaimedRun] = []
         for queued in self.list_submissions():
             if len(claimed) >= limit:
@@ -437,9 +448,10 @@ class S3Store(S3Ledger, Store):
             found = self._fetch_head(queued.run_id)
             head = found[0] if found is not None else empty_head()
             now = self.lease_time()
-            if (head["summary"] or {}).get("phase") in UNCLAIMABLE_PHASES:
+            if (head["summary"] or {}).get("phase") in blocked:
                 continue
-            if head["owner"] is not None and (float(head["expires_at"]) > now or owners.owner_is_alive(head["owner"])):
+            holder = head["owner"]
+            if not claimable(self._as_run_head(head), now, holder is not None and owners.owner_is_alive(holder)):
                 continue  # live, or its holder is alive on this host whatever the expiry says
             new = {**head, "fence": int(head["fence"]) + 1, "owner": owner, "expires_at": now + ttl}
             if self._put_head(queued.run_id, new, found[1] if found is not None else None):
@@ -463,4 +475,13 @@ def _intact(records: Sequence[tuple[int, str, bytes]]) -> bool:
     return all(checksum(body) == check for _, check, body in records)
 
 
-__all__ = ["MAX_SEGMENT", "PACK_EVERY", "S3Store"]
+class S3Store(Store):
+    """A run store in an S3 bucket: ``Store``'s rules over ``S3Backend``."""
+
+    backend: S3Backend
+
+    def __init__(self, url: str) -> None:
+        super().__init__(S3Backend(url))
+
+
+__all__ = ["MAX_SEGMENT", "PACK_EVERY", "S3Backend", "S3Store"]

@@ -17,7 +17,9 @@ last commit while a writer works), and neither does opening a file whose schema 
 so ``unbroken runs`` and ``show`` work while a writer is frozen inside a transaction. Not for
 network file systems (SQLite's locking is not reliable there): use PostgreSQL for many machines.
 
-This module implements the primitives of ``backend.py``, plus two faster reads for resume.
+This module implements the primitives of ``backend.py`` (``SQLiteBackend``), plus faster reads
+for resume (``RawReads``, ``StreamedReads``, ``SegmentReads``); ``SQLiteStore`` is the ``Store``
+over it.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from . import _sqlite_segments as _segments
 from ._boot_lease_clock import BootLeaseClock
 from ._durable import PRIVATE_FILE_MODE, create_file
 from ._rows import ledger_from_row, ledger_to_row
-from .backend import Refused, RunHead, SealedEntry, Submission
+from .backend import QueueBackend, Reach, Refused, RunHead, SealedEntry, Submission
 from .base import Store
 
 STORE_SCHEMA = 7
@@ -62,10 +64,10 @@ _LEDGER_COLUMNS = (
 )
 
 
-class SQLiteStore(Store):
-    """A run store in one SQLite file."""
+class SQLiteBackend(QueueBackend):
+    """The primitives of a run store in one SQLite file."""
 
-    capabilities = frozenset({"leases", "ledger", "multi_process", "claim"})
+    reach: Reach = "machine"
 
     def __init__(
         self,
@@ -75,14 +77,12 @@ class SQLiteStore(Store):
         url: str | None = None,
         keep_recent: int = KEEP_RECENT,
         pack_batch: int = PACK_BATCH,
-        sealed_read_from: int | None = None,
         mode: int = PRIVATE_FILE_MODE,
     ) -> None:
         """``mode``: the permissions a new database file is created with (owner-only by default;
         SQLite gives its -wal and -shm files the database file's).
         ``keep_recent``: the most recent saves of a run kept one row each; older ones are
-        packed ``pack_batch`` to a segment row (a resume reads a few rows, not one per save).
-        ``sealed_read_from``: see ``Store.sealed_read_from`` (tests set 0 to read every segment sealed)."""
+        packed ``pack_batch`` to a segment row (a resume reads a few rows, not one per save)."""
         if durability not in DURABILITY:
             from ..errors import InvalidStoreURL
 
@@ -95,8 +95,6 @@ class SQLiteStore(Store):
                 f"{pack_batch!r}); the defaults are {KEEP_RECENT} and {PACK_BATCH}"
             )
         self.keep_recent, self.pack_batch = keep_recent, pack_batch
-        if sealed_read_from is not None:
-            self.sealed_read_from = sealed_read_from
         self.path = Path(path)
         self.durability = "power_loss" if durability == "full" else "process_crash"
         self.sync_level = durability
@@ -447,10 +445,7 @@ class SQLiteStore(Store):
             return int(rows[0][0]) if rows else _segments.newest_snapshot(conn, run_id, upto)
 
     def read_raw_records(self, run_id: str) -> list[StoredRecord]:
-        records = list(self.iter_raw_records(run_id))
-        if not records:
-            raise self._not_found(run_id)
-        return records
+        return list(self.iter_raw_records(run_id))
 
     def iter_raw_records(self, run_id: str) -> Iterator[StoredRecord]:
         for piece in self.iter_load_pieces(run_id):
@@ -664,3 +659,34 @@ def _head_values(head: RunHead) -> tuple[Any, ...]:
 
 def _sealed(row: Sequence[Any]) -> SealedEntry:
     return SealedEntry(ledger_from_row(row[:11]), row[11])
+
+
+class SQLiteStore(Store):
+    """A run store in one SQLite file: ``Store``'s rules over ``SQLiteBackend`` (its arguments,
+    and ``sealed_read_from``: see ``Store.sealed_read_from``; tests set 0 to read every segment
+    sealed)."""
+
+    backend: SQLiteBackend
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: str = "full",
+        url: str | None = None,
+        keep_recent: int = KEEP_RECENT,
+        pack_batch: int = PACK_BATCH,
+        sealed_read_from: int | None = None,
+        mode: int = PRIVATE_FILE_MODE,
+    ) -> None:
+        backend = SQLiteBackend(
+            path, durability=durability, url=url, keep_recent=keep_recent, pack_batch=pack_batch, mode=mode
+        )
+        super().__init__(backend)
+        if sealed_read_from is not None:
+            self.sealed_read_from = sealed_read_from
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self.backend.path

@@ -2,7 +2,7 @@
 
 Every page is a bounded read of the store; nothing reads a whole run or every run:
 
-* **The runs list.** One page is one ``store.summaries_page(cursor, limit)`` (newest first, keyset
+* **The runs list.** One page is one ``store.runs_page(cursor, limit)`` (newest first, keyset
   cursor: ``updated_at`` and ``run_id`` of the last row shown), plus a lease read per row shown.
   A filtered page (phase, text, needs attention) scans summaries newest first, ``SCAN_ROWS`` at
   most per request: it shows what matched among them and hands back a cursor to scan on, so a
@@ -30,7 +30,7 @@ from ..codec import Decoded
 from ..errors import RunNotFound
 from ..leases import owner_is_dead
 from ..message_parts import full_text, render_message
-from ..state import RunState, RunSummary, SaveInfo, check_run_id
+from ..state import RunState, RunSummary, SaveInfo
 from ..stores.base import Store
 
 ATTENTION_PHASES = frozenset({"paused", "awaiting_approval", "failed", "damaged"})
@@ -82,7 +82,7 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
 
 
 class RunIndex:
-    """The store's runs, newest first, a page per ``store.summaries_page`` (keyset cursor)."""
+    """The store's runs, newest first, a page per ``store.runs_page`` (keyset cursor)."""
 
     def __init__(self, store: Store, lock: threading.RLock) -> None:
         self.store, self.lock = store, lock
@@ -120,7 +120,7 @@ class RunIndex:
         while phase != "queued":
             ask = limit - len(picked) + 1 if not filtered else SCAN_ROWS - scanned
             with self.lock:
-                rows = self.store.summaries_page(cursor, ask)
+                rows = self.store.runs_page(cursor, ask)
             scanned += len(rows)
             beyond = False
             for row in rows:
@@ -165,7 +165,7 @@ def _lease(lease: Any, store: Store) -> dict[str, Any] | None:
         "owner": lease.owner,
         "fence": lease.fence,
         "expires_at": lease.expires_at,  # on the store's lease clock, not always a Unix time
-        "expires_in": lease.expires_at - store.lease_time(),
+        "expires_in": lease.expires_at - store.lease_now(),
         "holder_dead": owner_is_dead(lease.owner),
     }
 
@@ -241,7 +241,7 @@ class RunDetails:
 
     def head_seq(self, run_id: str) -> int:
         with self.lock:
-            head = self.store.read_head(run_id)
+            head = self.store.head_of(run_id)
         return head.seq if head is not None else 0
 
     def get(self, run_id: str) -> Detail:
@@ -442,7 +442,7 @@ def ledger_before(details: RunDetails, run_id: str, at: float, key: str, limit: 
     first, read from the store (``store.ledger_page``); ``earlier``: older ones exist still."""
     size = _clamp(limit, LEDGER_PAGE)
     with details.lock:
-        page = details.store.ledger_page(check_run_id(run_id), before=(at, key), limit=size + 1)
+        page = details.store.ledger_page(run_id, before=(at, key), limit=size + 1)
     return {"ledger": [entry.to_json() for entry in page[:size][::-1]], "earlier": len(page) > size}
 
 

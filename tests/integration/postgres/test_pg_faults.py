@@ -19,7 +19,7 @@ from unbroken.stores.postgres import PostgresStore
 def test_a_connection_killed_mid_step_leaves_no_partial_step_and_the_run_continues(pg_url: str) -> None:
     app = f"ub-drop-{uuid.uuid4().hex[:8]}"
     store = PostgresStore(with_options(pg_url, application_name=app))
-    blocker = connect(store.schema)
+    blocker = connect(store.backend.schema)
     executions: list[str] = []
 
     @tool(effect="side_effect")
@@ -39,7 +39,7 @@ def test_a_connection_killed_mid_step_leaves_no_partial_step_and_the_run_continu
         target=lambda: results.append(Agent(ScriptedModel(script), [send], store).run("t", run_id="r1"))
     )
     runner.start()
-    with connect(store.schema) as observer:
+    with connect(store.backend.schema) as observer:
         deadline = time.monotonic() + 10
         waiting = None
         while waiting is None and time.monotonic() < deadline:

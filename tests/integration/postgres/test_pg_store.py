@@ -331,7 +331,7 @@ def test_the_resume_read_is_one_ordered_stream_and_a_read_left_early_leaves_the_
 
 def test_reading_a_run_in_seq_order_walks_the_primary_key_and_sorts_nothing(pg_store: PostgresStore) -> None:
     pg_store.rewrite("r1", [save(seq) for seq in range(1, 301)], expect_seq=0)
-    with connect(pg_store.schema) as conn, conn.transaction():
+    with connect(pg_store.backend.schema) as conn, conn.transaction():
         conn.execute("ANALYZE unbroken_records")  # with fresh statistics the planner's own choice is a sort
         conn.execute(_ORDERED_READ)
         plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + Q["read_records_raw"], {"run_id": "r1"}))

@@ -130,7 +130,7 @@ def test_a_policy_changed_on_the_live_server_refuses_the_next_lease_and_claim(lr
         charging_agent(store, charged).run("charge", run_id="run-agent")
 
     assert charged == []
-    assert store.read_head("run-new") is None and store.read_head("run-agent") is None
+    assert store.backend.read_head("run-new") is None and store.backend.read_head("run-agent") is None
     assert store.lease_of("run-queued") is None
     store.close()
 

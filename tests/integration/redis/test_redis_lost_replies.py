@@ -55,13 +55,13 @@ def test_a_ledger_claim_whose_reply_was_lost_still_reports_that_it_won(proxied: 
 def test_a_head_swap_whose_reply_was_lost_reports_that_it_swapped(proxied: tuple[Store, ReplyDropper]) -> None:
     store, dropper = proxied
     store.acquire_lease("run-lease", "worker-a", 60)
-    head = store.read_head("run-lease")
+    head = store.backend.read_head("run-lease")
     assert head is not None
     taken = RunHead(head.seq, head.fence + 1, "worker-b", head.expires_at + 1)
 
     dropper.armed.set()
-    swapped = store.swap_head("run-lease", head, taken)
+    swapped = store.backend.swap_head("run-lease", head, taken)
 
     assert dropper.dropped == 1
     assert swapped
-    assert store.read_head("run-lease") == taken
+    assert store.backend.read_head("run-lease") == taken

@@ -45,11 +45,11 @@ def test_records_are_packed_into_doubling_segments_and_superseded_objects_are_de
     monkeypatch.setattr(s3, "PACK_EVERY", 4)  # the real 64 works the same, 16 times slower to show
     state = save_many(store, "run-packed", 7 * 4 + 3)
 
-    head = store._fetch_head("run-packed")
+    head = store.backend._fetch_head("run-packed")
     assert head is not None
     assert [(first, last) for first, last, _ in head[0]["segments"]] == [(1, 16), (17, 24), (25, 28)]
     assert len(head[0]["tail"]) == 3
-    names = store.objects.names("runs/run-packed/")
+    names = store.backend.objects.names("runs/run-packed/")
     assert len([n for n in names if "/seg/" in n]) == 3 and len([n for n in names if "/rec/" in n]) == 3
     assert store.load("run-packed").messages == state.messages
 
@@ -59,7 +59,7 @@ def test_segments_stop_merging_at_max_segment(store: S3Store, monkeypatch: pytes
     monkeypatch.setattr(s3, "MAX_SEGMENT", 4)
     save_many(store, "run-capped", 12)
 
-    head = store._fetch_head("run-capped")
+    head = store.backend._fetch_head("run-capped")
     assert head is not None
     assert [(first, last) for first, last, _ in head[0]["segments"]] == [(1, 4), (5, 8), (9, 12)]
 
@@ -152,9 +152,9 @@ def test_a_damaged_record_is_never_packed_away_nor_deleted(s3_url: str, monkeypa
         state = save_many(first, "run-damaged", 3)
     store = open_store(s3_url)  # a later process: it knows the records only from the bucket
     assert isinstance(store, S3Store)
-    (name,) = [n for n in store.objects.names("runs/run-damaged/rec/") if "/000000000002-" in n]
-    body, _ = store.objects.get(name) or (b"", "")
-    store.objects.put(name, body.replace(b"message 2", b"message X"))
+    (name,) = [n for n in store.backend.objects.names("runs/run-damaged/rec/") if "/000000000002-" in n]
+    body, _ = store.backend.objects.get(name) or (b"", "")
+    store.backend.objects.put(name, body.replace(b"message 2", b"message X"))
     encoder = Encoder()
     encoder.prime(state)
     for step in (4, 5):  # the fourth save would pack the tail; the damage keeps it loose
@@ -164,9 +164,9 @@ def test_a_damaged_record_is_never_packed_away_nor_deleted(s3_url: str, monkeypa
         store.append(encoded, expect_seq=step - 1)
         encoder.committed(state, encoded)
 
-    head = store._fetch_head("run-damaged")
+    head = store.backend._fetch_head("run-damaged")
     assert head is not None and head[0]["segments"] == [] and len(head[0]["tail"]) == 5
-    assert store.objects.get(name) is not None
+    assert store.backend.objects.get(name) is not None
     with pytest.raises(CorruptCheckpoint) as damaged:
         store.load("run-damaged")
     assert damaged.value.last_good_seq == 1

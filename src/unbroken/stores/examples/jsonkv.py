@@ -33,14 +33,14 @@ from ... import clock
 from ...codec import EncodedSave, StoredRecord
 from ...state import LedgerEntry, RunSummary
 from .._boot_lease_clock import BootLeaseClock
-from ..backend import Refused, RunHead, SealedEntry, Submission, seal
+from ..backend import QueueBackend, Refused, RunHead, SealedEntry, Submission, seal
 from ..base import Store
 
 
-class JsonKVStore(Store):
-    """Runs kept as JSON files under ``root``, for one process."""
+class JsonKVBackend(QueueBackend):
+    """Runs kept as JSON files under ``root``, for one process. A ``QueueBackend`` (it keeps
+    submissions, so its store has ``claim``); ``reach`` is left at "process"."""
 
-    capabilities = frozenset({"leases", "ledger", "claim"})
     durability = "power_loss"
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -249,3 +249,12 @@ class JsonKVStore(Store):
         with self._lock:
             queued = [Submission(p.stem, *self._get(p)) for p in (self.root / "queue").glob("*.json")]
             return sorted(queued, key=lambda s: (s.submitted_at, s.run_id))
+
+
+class JsonKVStore(Store):
+    """The store users open: ``Store``'s rules over a ``JsonKVBackend`` (all a new store needs)."""
+
+    backend: JsonKVBackend
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        super().__init__(JsonKVBackend(root))

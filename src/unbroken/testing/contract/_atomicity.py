@@ -93,7 +93,7 @@ class AtomicityContract(ContractBase):
 
         def read() -> None:
             while not done.is_set():
-                for record in store.records_after("run-a2", 0):
+                for record in store.records_since("run-a2", 0):
                     if store.ledger_get("run-a2", idempotency_key("run-a2", f"call_{record.seq}")) is None:
                         early.append(record.seq)
 
@@ -128,7 +128,7 @@ class AtomicityContract(ContractBase):
 
         def read() -> None:
             while not done.is_set():
-                seen.append([record.seq for record in store.records_after("run-a3", 0)])
+                seen.append([record.seq for record in store.records_since("run-a3", 0)])
 
         reader = threading.Thread(target=read)
         reader.start()
@@ -142,7 +142,7 @@ class AtomicityContract(ContractBase):
 
         assert seen and all(seqs in ([1, 2, 3, 4, 5, 6], [7, 8]) for seqs in seen)
         assert seen[-1] == [7, 8]
-        head = store.read_head("run-a3")
+        head = store.head_of("run-a3")
         assert head is not None and head.seq == 8
         assert store.load("run-a3").turns == state.turns
 
@@ -150,35 +150,35 @@ class AtomicityContract(ContractBase):
 
     def test_swap_head_with_a_stale_expected_head_writes_nothing(self, store: Store) -> None:
         store.acquire_lease("run-a4", "worker-a", LONG_TTL)
-        stale = store.read_head("run-a4")
+        stale = store.head_of("run-a4")
         store.acquire_lease("run-a4", "worker-a", LONG_TTL)
-        current = store.read_head("run-a4")
+        current = store.head_of("run-a4")
         assert stale is not None and current is not None
 
-        swapped = store.swap_head("run-a4", stale, RunHead(stale.seq, stale.fence + 1, "worker-b", 0.0))
+        swapped = store.backend.swap_head("run-a4", stale, RunHead(stale.seq, stale.fence + 1, "worker-b", 0.0))
 
         assert swapped is False
-        assert store.read_head("run-a4") == current
+        assert store.head_of("run-a4") == current
 
     def test_swap_head_expecting_no_head_creates_it_once(self, store: Store) -> None:
-        new = RunHead(0, 1, "worker-a", store.lease_time() + LONG_TTL)
+        new = RunHead(0, 1, "worker-a", store.lease_now() + LONG_TTL)
 
-        assert store.swap_head("run-a4-new", None, new) is True
-        assert store.swap_head("run-a4-new", None, RunHead(0, 1, "worker-b", 0.0)) is False
-        assert store.read_head("run-a4-new") == new
+        assert store.backend.swap_head("run-a4-new", None, new) is True
+        assert store.backend.swap_head("run-a4-new", None, RunHead(0, 1, "worker-b", 0.0)) is False
+        assert store.head_of("run-a4-new") == new
 
     def test_of_swaps_racing_from_one_expected_head_exactly_one_succeeds(self, store: Store) -> None:
         store.acquire_lease("run-a4-race", "worker-a", LONG_TTL)
-        expected = store.read_head("run-a4-race")
+        expected = store.head_of("run-a4-race")
         assert expected is not None
         news = [RunHead(expected.seq, expected.fence + 1, f"worker-{n}", expected.expires_at) for n in range(8)]
 
-        results, errors = _race(8, lambda n: (n, store.swap_head("run-a4-race", expected, news[n])))
+        results, errors = _race(8, lambda n: (n, store.backend.swap_head("run-a4-race", expected, news[n])))
 
         assert errors == []
         winners = [n for n, swapped in results if swapped]
         assert len(winners) == 1
-        assert store.read_head("run-a4-race") == news[winners[0]]
+        assert store.head_of("run-a4-race") == news[winners[0]]
 
     def test_of_owners_racing_for_a_free_lease_exactly_one_gets_it(self, store: Store) -> None:
         results, errors = _race(8, lambda n: store.acquire_lease("run-a4-lease", f"worker-{n}", LONG_TTL))
@@ -191,24 +191,24 @@ class AtomicityContract(ContractBase):
     # ------------------------------------------------------------------ A6
 
     def test_store_time_is_a_unix_time_that_never_goes_backwards(self, store: Store) -> None:
-        readings = [store.store_time() for _ in range(5)]
+        readings = [store.store_now() for _ in range(5)]
 
         assert abs(readings[0] - time.time()) < 300  # the store's clock, not another epoch or unit
         assert readings == sorted(readings)
 
     def test_the_lease_clock_never_goes_backwards(self, store: Store) -> None:
-        readings = [store.lease_time() for _ in range(5)]
+        readings = [store.lease_now() for _ in range(5)]
 
         assert readings == sorted(readings)
 
     def test_leases_are_judged_on_the_store_lease_clock(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-        before = store.lease_time()
+        before = store.lease_now()
         lease = store.acquire_lease("run-a6", "worker-a", LONG_TTL)
-        after = store.lease_time()
+        after = store.lease_now()
         assert before + LONG_TTL - 2.0 <= lease.expires_at <= after + LONG_TTL + 2.0
 
-        real = store.lease_time
-        monkeypatch.setattr(store, "lease_time", lambda: real() + 2 * LONG_TTL)  # the lease clock moves on
+        real = store.backend.lease_time
+        monkeypatch.setattr(store.backend, "lease_time", lambda: real() + 2 * LONG_TTL)  # the lease clock moves on
 
         assert store.lease_of("run-a6") is None
         assert store.acquire_lease("run-a6", "worker-b", LONG_TTL).fence > lease.fence

@@ -43,7 +43,7 @@ class ClaimContract(ContractBase):
         second = store.submit("write the report", "run-twice", agent="writer")
 
         assert first == second == "run-twice"
-        assert [s.run_id for s in store.list_submissions()] == ["run-twice"]
+        assert [s.run_id for s in store.queued_runs()] == ["run-twice"]
 
     def test_loading_a_queued_run_says_it_is_queued_not_missing(self, store: Store) -> None:
         if not _claims(store):
@@ -64,7 +64,7 @@ class ClaimContract(ContractBase):
         with pytest.raises(TaskMismatch):
             store.submit("delete everything", "run-mismatch")
 
-        assert [(s.run_id, s.task) for s in store.list_submissions()] == [("run-mismatch", "write the report")]
+        assert [(s.run_id, s.task) for s in store.queued_runs()] == [("run-mismatch", "write the report")]
 
     def test_submit_of_another_task_under_a_saved_run_id_raises_task_mismatch(self, store: Store) -> None:
         if not _claims(store):
@@ -82,13 +82,13 @@ class ClaimContract(ContractBase):
         first, second = store.submit("t"), store.submit("t")
 
         assert first != second
-        assert {s.run_id for s in store.list_submissions()} == {first, second}
+        assert {s.run_id for s in store.queued_runs()} == {first, second}
 
     def test_claim_leases_a_submitted_run_to_the_worker(self, store: Store) -> None:
         if not _claims(store):
             return
         store.submit("the task", "run-claim-me", agent="writer")
-        before = store.lease_time()
+        before = store.lease_now()
 
         (claimed,) = store.claim_runnable("worker-a", LONG_TTL)
 
@@ -206,7 +206,7 @@ class ClaimContract(ContractBase):
         store.submit("t", "run-finishing")
         run = RunWriter(store, "run-finishing", task="t")
         run.turn(1)
-        real = store.list_summaries
+        real = store.backend.list_summaries
         finished: list[bool] = []
 
         def then_finish() -> list[RunSummary]:
@@ -217,7 +217,7 @@ class ClaimContract(ContractBase):
                 finished.append(True)
             return seen
 
-        monkeypatch.setattr(store, "list_summaries", then_finish)  # a store deciding in SQL never calls it
+        monkeypatch.setattr(store.backend, "list_summaries", then_finish)  # a store deciding in SQL never calls it
 
         claimed = store.claim_runnable("worker-a", LONG_TTL)
 

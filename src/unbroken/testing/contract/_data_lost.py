@@ -48,8 +48,8 @@ class DataLostContract(ContractBase):
             run.turn(3, fence=lease.fence)
 
         assert "run-lost-append" in str(lost.value) and "head is gone" in str(lost.value)
-        assert (store.read_head("run-lost-append") or RunHead()) == RunHead()  # no head written
-        assert store.records_after("run-lost-append", 0) == []
+        assert (store.head_of("run-lost-append") or RunHead()) == RunHead()  # no head written
+        assert store.records_since("run-lost-append", 0) == []
 
     def test_renewal_after_the_run_vanished_raises_store_data_lost(self, store: Store) -> None:
         _, lease = self._held_run(store, "run-lost-renew")
@@ -58,7 +58,7 @@ class DataLostContract(ContractBase):
         with pytest.raises(StoreDataLost):
             store.renew_lease(lease, LONG_TTL)
 
-        assert (store.read_head("run-lost-renew") or RunHead()) == RunHead()
+        assert (store.head_of("run-lost-renew") or RunHead()) == RunHead()
 
     def test_fenced_ledger_writes_after_the_run_vanished_raise_store_data_lost(self, store: Store) -> None:
         _, lease = self._held_run(store, "run-lost-ledger")

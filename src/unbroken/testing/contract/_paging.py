@@ -44,7 +44,7 @@ def _all_pages(store: Store, limit: int) -> list[RunSummary]:
     pages: list[RunSummary] = []
     cursor: tuple[float, str] | None = None
     for _ in range(1000):
-        page = store.summaries_page(cursor, limit)
+        page = store.runs_page(cursor, limit)
         assert len(page) <= limit
         if not page:
             return pages
@@ -63,7 +63,7 @@ class PagingContract(ContractBase):
         bounds += [(0, 10_000), (-5, 3)]
 
         for after, upto in bounds:
-            got = _rows(store.records_between("run-range", after, upto))
+            got = _rows(store.records_in("run-range", after, upto))
             assert got == _expected(written, after, upto), (after, upto)
 
     def test_records_between_around_a_lost_record_returns_the_others_verbatim(self, store: Store) -> None:
@@ -72,14 +72,14 @@ class PagingContract(ContractBase):
         self.delete_record(store, "run-lost", 7)
 
         for after, upto in [(0, 12), (3, 10), (6, 8), (7, 9), (8, 10), (10, 20), (6, 7)]:
-            got = _rows(store.records_between("run-lost", after, upto))
+            got = _rows(store.records_in("run-lost", after, upto))
             others = [row for row in _expected(written, after, upto) if row[0] != 7]
             assert [row for row in got if row[0] != 7] == others, (after, upto)
             # The lost record is left out, or comes back as damage (a checksum that fails).
             assert all(checksum(body) != check for seq, body, check in got if seq == 7), (after, upto)
 
     def test_records_between_of_an_unknown_run_is_empty(self, store: Store) -> None:
-        assert store.records_between("run-never-saved", 0, 100) == []
+        assert store.records_in("run-never-saved", 0, 100) == []
 
     def test_records_between_after_a_rewrite_sees_only_the_new_records(self, store: Store) -> None:
         run = RunWriter(store, "run-rewritten", snapshot_every=4)
@@ -94,20 +94,20 @@ class PagingContract(ContractBase):
         run.state = state
         later = [run.turn(12), run.turn(13)]
 
-        assert store.records_between("run-rewritten", 0, 10) == []
-        assert _rows(store.records_between("run-rewritten", 0, 11)) == [(11, compacted.body, compacted.checksum)]
-        assert [r.seq for r in store.records_between("run-rewritten", 10, 12)] == [11, 12]
-        assert _rows(store.records_between("run-rewritten", 11, 99)) == [(s.seq, s.body, s.checksum) for s in later]
-        assert store.snapshot_seq("run-rewritten", 10) == 0  # the old snapshots went with the rewrite
-        assert store.snapshot_seq("run-rewritten", 13) == 11
+        assert store.records_in("run-rewritten", 0, 10) == []
+        assert _rows(store.records_in("run-rewritten", 0, 11)) == [(11, compacted.body, compacted.checksum)]
+        assert [r.seq for r in store.records_in("run-rewritten", 10, 12)] == [11, 12]
+        assert _rows(store.records_in("run-rewritten", 11, 99)) == [(s.seq, s.body, s.checksum) for s in later]
+        assert store.newest_snapshot("run-rewritten", 10) == 0  # the old snapshots went with the rewrite
+        assert store.newest_snapshot("run-rewritten", 13) == 11
 
     def test_a_deleted_run_has_no_records_snapshot_or_summary(self, store: Store) -> None:
         _long_snapshots(store, "run-doomed")
         RunWriter(store, "run-kept").turn(1)
         store.delete_run("run-doomed")
 
-        assert store.records_between("run-doomed", 0, 100) == []
-        assert store.snapshot_seq("run-doomed", 5) == 0 and store.snapshot_seq("run-doomed") == 0
+        assert store.records_in("run-doomed", 0, 100) == []
+        assert store.newest_snapshot("run-doomed", 5) == 0 and store.newest_snapshot("run-doomed") == 0
         assert [row.run_id for row in _all_pages(store, 10)] == ["run-kept"]
 
     def test_snapshot_seq_upto_is_the_newest_snapshot_at_or_before_it(self, store: Store) -> None:
@@ -117,28 +117,28 @@ class PagingContract(ContractBase):
 
         for upto in range(len(flags) + 3):
             expected = max((seq for seq in snapshots if seq <= upto), default=0)
-            assert store.snapshot_seq("run-snapshots", upto) == expected, upto
-        assert store.snapshot_seq("run-snapshots") == snapshots[-1]
-        assert store.snapshot_seq("run-never-saved", 5) == 0
+            assert store.newest_snapshot("run-snapshots", upto) == expected, upto
+        assert store.newest_snapshot("run-snapshots") == snapshots[-1]
+        assert store.newest_snapshot("run-never-saved", 5) == 0
 
     def test_summaries_pages_concatenated_are_the_whole_listing_with_ties_by_run_id(self, store: Store) -> None:
         for number in range(23):  # updated_at is 1000 + its number of saves: three runs of ties
             run = RunWriter(store, f"run-page-{number:02d}")
             for step in range(1 + number % 3):
                 run.turn(step)
-        listing = sorted(store.list_summaries(), key=_key, reverse=True)
+        listing = sorted(store.backend.list_summaries(), key=_key, reverse=True)
         assert len({row.updated_at for row in listing}) == 3
 
         for limit in (1, 4, 7, 23, 50):
             pages = _all_pages(store, limit)
             assert [_key(row) for row in pages] == [_key(row) for row in listing], limit
             assert pages == listing
-        assert store.summaries_page(None, 0) == []
-        assert store.summaries_page(_key(listing[-1]), 5) == []
+        assert store.runs_page(None, 0) == []
+        assert store.runs_page(_key(listing[-1]), 5) == []
         middle = listing[10]
-        assert store.summaries_page(_key(middle), 3) == listing[11:14]
+        assert store.runs_page(_key(middle), 3) == listing[11:14]
         # A cursor need not name a stored run: the page starts strictly after its position.
-        assert store.summaries_page((middle.updated_at, middle.run_id + "~"), 2) == listing[10:12]
+        assert store.runs_page((middle.updated_at, middle.run_id + "~"), 2) == listing[10:12]
 
     def test_a_run_saved_between_two_pages_is_not_shown_again_by_later_pages(self, store: Store) -> None:
         writers = {}
@@ -146,7 +146,7 @@ class PagingContract(ContractBase):
             writers[number] = RunWriter(store, f"run-moving-{number}")
             writers[number].state.updated_at += number  # distinct times: run 5 is the newest
             writers[number].turn(1)
-        first = store.summaries_page(None, 2)
+        first = store.runs_page(None, 2)
         assert [row.run_id for row in first] == ["run-moving-5", "run-moving-4"]
 
         writers[1].state.updated_at += 100  # run 1 is saved again: it moves ahead of the cursor
@@ -154,7 +154,7 @@ class PagingContract(ContractBase):
         rest = _all_pages_after(store, _key(first[-1]), 2)
 
         assert [row.run_id for row in rest] == ["run-moving-3", "run-moving-2", "run-moving-0"]
-        assert store.summaries_page(None, 1)[0].run_id == "run-moving-1"
+        assert store.runs_page(None, 1)[0].run_id == "run-moving-1"
 
     def test_ledger_pages_newest_first_concatenated_are_the_whole_ledger_reversed(self, store: Store) -> None:
         for number in range(23):  # created_at: four groups of ties, broken by key
@@ -180,7 +180,7 @@ class PagingContract(ContractBase):
 
 def _all_pages_after(store: Store, cursor: tuple[float, str], limit: int) -> list[RunSummary]:
     rows: list[RunSummary] = []
-    while page := store.summaries_page(cursor, limit):
+    while page := store.runs_page(cursor, limit):
         rows += page
         cursor = _key(page[-1])
     return rows

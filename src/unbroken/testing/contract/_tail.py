@@ -45,7 +45,7 @@ class TailContract(ContractBase):
         newest = max(seq for seq, snapshot in enumerate(flags, start=1) if snapshot)
         assert newest == 7 and not flags[-1] and flags[0]  # the run is what the test needs
 
-        assert store.snapshot_seq("run-snapshots") == newest
+        assert store.newest_snapshot("run-snapshots") == newest
 
     def test_snapshot_seq_after_a_rewrite_is_the_rewrite_record_not_an_older_one(self, store: Store) -> None:
         run = _snapshot_run(store, "run-rewritten")
@@ -59,10 +59,10 @@ class TailContract(ContractBase):
         run.turn(13)
         assert [info.snapshot for info in store.history("run-rewritten")] == [True, False, False]
 
-        assert store.snapshot_seq("run-rewritten") == 11
+        assert store.newest_snapshot("run-rewritten") == 11
 
     def test_snapshot_seq_is_zero_for_an_unknown_run(self, store: Store) -> None:
-        assert store.snapshot_seq("run-never-saved") == 0
+        assert store.newest_snapshot("run-never-saved") == 0
 
     def test_records_after_returns_exactly_the_records_past_a_seq_ascending_and_verbatim(self, store: Store) -> None:
         run = RunWriter(store, "run-after", snapshot_every=8)
@@ -70,17 +70,17 @@ class TailContract(ContractBase):
         expected = {s.seq: (s.body, s.checksum) for s in written}
 
         for after in (0, 1, 17, 39, 40, 55):
-            records = store.records_after("run-after", after)
+            records = store.records_since("run-after", after)
             assert [r.seq for r in records] == list(range(after + 1, 41)), after
             assert all((_text(r.body), r.checksum) == expected[r.seq] for r in records)
-        assert store.records_after("run-never-saved", 0) == []
+        assert store.records_since("run-never-saved", 0) == []
 
     def test_newest_snapshot_and_the_records_after_it_fold_to_the_state_of_the_whole_load(self, store: Store) -> None:
         run = _snapshot_run(store, "run-fold")
         run.turn(11)
         run.turn(12)
 
-        tail = store.records_after("run-fold", store.snapshot_seq("run-fold") - 1)
+        tail = store.records_since("run-fold", store.newest_snapshot("run-fold") - 1)
 
         bodies = [loads(_text(record.body)) for record in tail]
         assert is_snapshot(bodies[0]) and len(bodies) < len(store.read_records("run-fold"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...stores.backend import RunHead, SealedEntry
+from ...stores.backend import Backend, RunHead, SealedEntry
 from ...stores.base import Store
-from .delegate import Delegating
+from .delegate import Delegating, view
 
 
 class CasIgnoresExpected(Delegating):
@@ -28,7 +28,7 @@ class InsertAlwaysSucceeds(Delegating):
 class StaleHead(Delegating):
     """A lagging replica: ``read_head`` answers the head as it was one write earlier."""
 
-    def __init__(self, inner: Store) -> None:
+    def __init__(self, inner: Backend) -> None:
         super().__init__(inner)
         self._previous: dict[str, RunHead | None] = {}
         self._last: dict[str, RunHead | None] = {}
@@ -42,8 +42,8 @@ class StaleHead(Delegating):
 
 
 BROKEN: dict[str, Callable[[Store], Store]] = {
-    "cas_ignores_expected": CasIgnoresExpected,
-    "insert_always_succeeds": InsertAlwaysSucceeds,
-    "stale_head": StaleHead,
+    "cas_ignores_expected": lambda store: view(store, CasIgnoresExpected),
+    "insert_always_succeeds": lambda store: view(store, InsertAlwaysSucceeds),
+    "stale_head": lambda store: view(store, StaleHead),
 }
-"""Each broken backend, by name: a function wrapping a real store."""
+"""Each broken backend, by name: a function wrapping a real store's backend."""

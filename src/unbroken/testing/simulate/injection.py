@@ -1,4 +1,4 @@
-"""The fault-injecting store: each simulated process reaches the shared store through one,
+"""The fault-injecting backend: each simulated process reaches the shared store's backend through one,
 which fails, delays, tears or loses the reply of a primitive call when the schedule armed it,
 judges leases on the simulated store service's clock, and journals every acknowledged save."""
 
@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...codec import EncodedSave
 from ...errors import StoreUnavailable
-from ...stores.backend import RunHead, SealedEntry
-from ...stores.base import Store
+from ...stores.backend import Backend, RunHead, SealedEntry
 from .delegate import Delegating
 
 if TYPE_CHECKING:
@@ -19,10 +18,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class FaultyStore(Delegating):
-    """Process ``process``'s connection to the world's store."""
+class FaultyBackend(Delegating):
+    """Process ``process``'s connection to the world's store (wrapping its backend)."""
 
-    def __init__(self, world: World, process: int, inner: Store) -> None:
+    def __init__(self, world: World, process: int, inner: Backend) -> None:
         super().__init__(inner)
         self.world = world
         self.process = process

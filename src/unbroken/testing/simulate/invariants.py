@@ -88,7 +88,7 @@ def saves_kept(world: World) -> list[Violation]:
     for run_id in world.run_ids:
         if run_id in world.journal.rewritten:
             continue
-        stored = {record.seq: record.checksum for record in world.store.records_after(run_id, 0)}
+        stored = {record.seq: record.checksum for record in world.store.records_since(run_id, 0)}
         for ack in world.journal.acks:
             if ack.run_id == run_id and stored.get(ack.seq) != ack.checksum:
                 found.append(

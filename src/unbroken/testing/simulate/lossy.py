@@ -22,8 +22,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from ...errors import InsufficientDurability
 from ...stores._redis_settings import SAFE_POLICIES, ServerSettings, check_durability
+from ...stores.backend import Durability
 from ...stores.base import Store
-from ...stores.memory import InMemoryStore
+from ...stores.memory import InMemoryBackend
 
 LEVEL = "normal"
 """The durability the world asks of a store that declares its settings (``appendfsync
@@ -66,11 +67,11 @@ def opened(store: Store) -> str | None:
     return None
 
 
-class ForgetfulStore(InMemoryStore):
+class ForgetfulBackend(InMemoryBackend):
     """``memory://`` with the losses of a cache-like server (see the module docstring);
     ``maxmemory_policy`` ``allkeys-lru`` makes one that evicts."""
 
-    durability = "process_crash"  # type: ignore[assignment]  # the reference store says "memory"
+    durability: Durability = "process_crash"
 
     def __init__(self, url: str = "forgetful://", *, maxmemory_policy: str = "noeviction") -> None:
         super().__init__(url)
@@ -111,6 +112,27 @@ class ForgetfulStore(InMemoryStore):
             else:
                 del self._runs[run_id]
             return f"{kind} {key} of {run_id}"
+
+
+class ForgetfulStore(Store):
+    """The store over a ``ForgetfulBackend``: ``Forgetful`` and ``DeclaresSettings`` as it is."""
+
+    backend: ForgetfulBackend
+
+    def __init__(self, url: str = "forgetful://", *, maxmemory_policy: str = "noeviction") -> None:
+        super().__init__(ForgetfulBackend(url, maxmemory_policy=maxmemory_policy))
+
+    def server_settings(self) -> ServerSettings:
+        return self.backend.server_settings()
+
+    def sync(self) -> None:
+        self.backend.sync()
+
+    def restart(self, *, everything: bool) -> None:
+        self.backend.restart(everything=everything)
+
+    def evict(self, index: int) -> str | None:
+        return self.backend.evict(index)
 
 
 def evicting() -> ForgetfulStore:

@@ -26,7 +26,8 @@ from ...leases import Heartbeat, take_lease
 from ...reconcile import call_probe
 from ...session import RunSession
 from .clocks import ProcessClock
-from .injection import FaultyStore
+from .delegate import view
+from .injection import FaultyBackend
 
 if TYPE_CHECKING:
     from .world import World
@@ -60,7 +61,7 @@ class SimProcess:
         self.index = index
         self.host = host
         self.clock = clock_
-        self.store = FaultyStore(world, index, world.store)
+        self.store = view(world.store, lambda inner: FaultyBackend(world, index, inner))
         self.incarnation = 0
         self.owner = ""
         """The lease owner name of the run call in progress (a new one per call, as ``Agent.run``)."""

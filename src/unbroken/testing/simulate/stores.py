@@ -17,7 +17,7 @@ from ...errors import ConfigError
 from ...stores import open_store
 from ...stores.base import Store
 from ...stores.memory import InMemoryStore
-from .delegate import Delegating
+from .delegate import view
 from .lossy import ForgetfulStore
 from .runner import StoreFactory
 
@@ -40,7 +40,7 @@ def store_factory(spec: str) -> Iterator[StoreFactory]:
     if "://" in spec:
         shared = open_store(spec)
         try:
-            yield lambda: Delegating(shared)
+            yield lambda: view(shared)
         finally:
             shared.close()
             if scratch is not None:

@@ -289,7 +289,7 @@ class World:
     # ------------------------------------------------------------------ journal
 
     def head_of(self, run_id: str) -> RunHead | None:
-        return self.store.read_head(run_id) if run_id else None
+        return self.store.head_of(run_id) if run_id else None
 
     def note_lease(self, run_id: str, fence: int, owner: str, process: int) -> None:
         self.journal.leases.append((run_id, fence, owner, process))
@@ -304,7 +304,7 @@ class World:
     def note_save(self, save: EncodedSave, process: int) -> None:
         """A record write applied: by the holder of the run's current fence, or a stale writer."""
         writer = self.processes[process]
-        head = self.store.read_head(save.run_id)
+        head = self.store.head_of(save.run_id)
         guard = writer.guard
         if head is not None and (guard is None or guard.fence != head.fence):
             self.journal.stale_writes.append(
@@ -328,13 +328,13 @@ class World:
     def phase(self, run_id: str) -> str | None:
         """The run's phase as last saved (None: never saved), read from the store as it is (read
         again only when the run's head has moved)."""
-        head = self.store.read_head(run_id)
+        head = self.store.head_of(run_id)
         seq = head.seq if head is not None else 0
         known = self._phases.get(run_id)
         if known is not None and known[0] == seq:
             return known[1]
         phase: str | None = None
-        if seq > 0 or self.store.records_after(run_id, 0):
+        if seq > 0 or self.store.records_since(run_id, 0):
             try:
                 phase = self.store.load(run_id).phase
             except UnbrokenError:
@@ -350,7 +350,7 @@ class World:
 
     def remove_runs(self) -> None:
         for run_id in self.run_ids:
-            self.store.remove_run(run_id)
+            self.store.delete_run(run_id)
 
     # ------------------------------------------------------------------ the schedule
 
