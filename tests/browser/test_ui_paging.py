@@ -110,7 +110,7 @@ def test_damage_in_old_records_shows_when_a_page_reaches_it(tmp_path: Path) -> N
             check = "00000000" if record.seq == 5 else record.checksum
             snapshot = loads(body).get("snapshot") is True
             saves.append(EncodedSave("long", record.seq, "x", body, check, snapshot, summary))
-        store.replace_records("long", saves, expect_seq=records[-1].seq, fence=None)
+        store.backend.replace_records("long", saves, expect_seq=records[-1].seq, fence=None)
         details = RunDetails(store, threading.RLock())
         page = run_page(details, "long")
         assert page["problem"] is None and page["turns"] == TURNS + 1 and len(page["timeline"]) == 200

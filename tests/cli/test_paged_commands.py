@@ -42,7 +42,7 @@ def damage(store: Store, seq: int) -> None:
         body = record.body if isinstance(record.body, str) else record.body.decode()
         check = "00000000" if record.seq == seq else record.checksum
         saves.append(EncodedSave("long", record.seq, "x", body, check, loads(body).get("snapshot") is True, summary))
-    store.replace_records("long", saves, expect_seq=records[-1].seq, fence=None)
+    store.backend.replace_records("long", saves, expect_seq=records[-1].seq, fence=None)
 
 
 def table_seqs(output: str) -> list[int]:

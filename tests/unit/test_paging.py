@@ -77,7 +77,7 @@ def damage(store: Store, run_id: str, seq: int) -> None:
         check = record.checksum if record.seq != seq else "00000000"
         snapshot = loads(body).get("snapshot") is True
         saves.append(EncodedSave(run_id, record.seq, "x", body, check, snapshot, summary))
-    store.replace_records(run_id, saves, expect_seq=head, fence=None)
+    store.backend.replace_records(run_id, saves, expect_seq=head, fence=None)
 
 
 @pytest.mark.parametrize("compacted", [False, True])
@@ -288,7 +288,7 @@ def test_golden_runs_of_every_schema_read_the_same_paged(url: str, golden: str) 
         for record, body, (_, _, kind, label) in zip(records, bodies, index, strict=True)
     ]
     with opened(url) as store:
-        store.replace_records(run_id, saves, expect_seq=0, fence=None)
+        store.backend.replace_records(run_id, saves, expect_seq=0, fence=None)
         whole = store.decode(run_id)
         tail = paging.read_tail(store, run_id, messages=2)
         assert tail.state.small_fields() == whole.state.small_fields()

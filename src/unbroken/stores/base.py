@@ -231,7 +231,8 @@ class Store:
         """All record bodies in one buffer for the loader's fastest path (``PackedReads``), or
         None when the backend has no such read or the run no records (the loader then uses
         ``read_raw_records``)."""
-        return None if self._packed is None else self._packed.read_packed(check_run_id(run_id))
+        check_run_id(run_id)
+        return None if self._packed is None else self._packed.read_packed(run_id)
 
     # ------------------------------------------------------------------ paged and partial reads
 
@@ -537,9 +538,9 @@ class Store:
         it; workers started for another agent name leave it alone. Durable when it returns;
         safe to call twice with the same run id and task. Raises ``TaskMismatch`` if the run id
         holds another task, ``Unsupported`` on stores without the ``claim`` capability."""
+        run_id = check_run_id(run_id if run_id is not None else f"run-{uuid.uuid4().hex[:12]}")
         if self._queue is None:
             raise self._unsupported("queue runs for workers")
-        run_id = check_run_id(run_id if run_id is not None else f"run-{uuid.uuid4().hex[:12]}")
         check_task(task)
         head = self.backend.read_head(run_id)
         if head is not None and head.seq > 0:  # a saved run keeps its task: checked before queuing it

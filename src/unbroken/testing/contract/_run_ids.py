@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import pytest
@@ -31,7 +32,22 @@ _RUN_ID_CALLS: dict[str, Callable[[Store, str], object]] = {
     "ledger_list": lambda store, run_id: store.ledger_list(run_id),
     "acquire_lease": lambda store, run_id: store.acquire_lease(run_id, "worker-a", LONG_TTL),
     "lease_of": lambda store, run_id: store.lease_of(run_id),
+    "ledger_page": lambda store, run_id: store.ledger_page(run_id),
+    "read_raw_records": lambda store, run_id: store.read_raw_records(run_id),
+    "iter_raw_records": lambda store, run_id: list(store.iter_raw_records(run_id)),
+    "iter_load_pieces": lambda store, run_id: list(store.iter_load_pieces(run_id)),
+    "read_packed": lambda store, run_id: store.read_packed(run_id),
+    "decode": lambda store, run_id: store.decode(run_id),
+    "history": lambda store, run_id: store.history(run_id),
+    "exists": lambda store, run_id: store.exists(run_id),
+    "head_of": lambda store, run_id: store.head_of(run_id),
+    "records_since": lambda store, run_id: store.records_since(run_id),
+    "records_in": lambda store, run_id: store.records_in(run_id, 0, 10),
+    "newest_snapshot": lambda store, run_id: store.newest_snapshot(run_id),
+    "queued": lambda store, run_id: store.queued(run_id),
+    "submit": lambda store, run_id: store.submit("t", run_id),
 }
+"""Every public ``Store`` method that takes a run id (a test below keeps the list whole)."""
 
 
 class RunIdContract(ContractBase):
@@ -42,3 +58,13 @@ class RunIdContract(ContractBase):
     def test_an_invalid_run_id_raises_invalid_run_id(self, store: Store, method: str, run_id: str) -> None:
         with pytest.raises(InvalidRunId):
             _RUN_ID_CALLS[method](store, run_id)
+
+    def test_every_door_that_takes_a_run_id_is_listed_above(self, store: Store) -> None:
+        """The run id is checked once, at ``Store``'s public methods (never again below them):
+        so each of them must be in ``_RUN_ID_CALLS``, and a new one cannot be forgotten."""
+        doors = {
+            name
+            for name, member in inspect.getmembers(type(store), inspect.isfunction)
+            if not name.startswith("_") and "run_id" in inspect.signature(member).parameters
+        }
+        assert doors <= set(_RUN_ID_CALLS), sorted(doors - set(_RUN_ID_CALLS))
