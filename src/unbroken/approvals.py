@@ -178,7 +178,7 @@ def pending_approvals(store: Store, run_id: str) -> list[ApprovalRequest]:
     turn's calls are), never its whole history; damage there raises as ``store.load`` would."""
     from .paging import read_tail
 
-    state = read_tail(store, check_run_id(run_id)).state
+    state = read_tail(store, run_id).state
     approvals = state.approvals or {}
     return [
         ApprovalRequest.of(run_id, call, approvals[call.idempotency_key])

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Literal
 
 from .errors import ConfigError
-from .state import JSONValue, check_run_id
+from .state import JSONValue
 
 if TYPE_CHECKING:
     from .runner import Agent
@@ -63,7 +63,6 @@ def opened(
 ) -> Iterator[RunSession]:
     """Hold ``run_id`` with ``message`` accepted (a new run: started with it as its task)."""
     check(message, max_turns, turns_per)
-    check_run_id(run_id)
     target = store if store is not None else agent.store
     task = None if target.exists(run_id) else message
     with agent._hold(task, run_id, None, store, owner, stop) as session:

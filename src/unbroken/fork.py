@@ -85,7 +85,6 @@ def rewind(store: Store, run_id: str, *, to: int) -> Fork:
     """Go back to save point ``to`` in place: the run as it is is kept as ``<run_id>.branch-<head>``
     (returned as ``kept_as``), then ``run_id`` holds its state at ``to``. Refused while a live
     process runs it (``LeaseHeld``). Durable when it returns."""
-    check_run_id(run_id)
     lease = acquire(store, run_id, make_owner(), 60.0)
     try:
         head = store.history(run_id)[-1].seq

@@ -7,7 +7,7 @@ from .codec import Encoder
 from .errors import ConfigError
 from .leases import acquire, make_owner
 from .ledger import EffectLedger
-from .state import LedgerEntry, RunState, Settlement, ToolResult, check_run_id
+from .state import LedgerEntry, RunState, Settlement, ToolResult
 from .stores.base import Store
 
 
@@ -25,7 +25,6 @@ def resolve_call(
     will run when the run resumes). Durable when it returns; refuses if the run is live."""
     if (result is None) == (not not_executed):
         raise ConfigError("give exactly one of result=... or not_executed=True")
-    check_run_id(run_id)
     owner = make_owner()
     lease = acquire(store, run_id, owner, 30.0)
     try:

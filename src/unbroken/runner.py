@@ -232,7 +232,7 @@ class Agent:
         empty, evicted keys): where ``run(task, run_id=...)`` would start that run over and repeat
         its side effects, this refuses. ``CorruptCheckpoint`` when only part of it is left."""
         with _never_started(run_id, store or self.store):
-            return self.run(None, run_id=check_run_id(run_id), store=store, owner=owner, stop=stop)
+            return self.run(None, run_id=run_id, store=store, owner=owner, stop=stop)
 
     async def aresume(
         self,
@@ -244,7 +244,7 @@ class Agent:
     ) -> RunResult:
         """Async twin of ``resume`` (drives the run like ``arun``); never starts a run."""
         with _never_started(run_id, store or self.store):
-            return await self.arun(None, run_id=check_run_id(run_id), store=store, owner=owner, stop=stop)
+            return await self.arun(None, run_id=run_id, store=store, owner=owner, stop=stop)
 
     def send(
         self,
