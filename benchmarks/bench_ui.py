@@ -139,9 +139,7 @@ def run_list(runs: int, say: object = print) -> list[Row]:
                 )
                 started = time.perf_counter()
                 store.runs_page(None, 51)
-                timings["in process, after: store.runs_page(None, 51)"].append(
-                    (time.perf_counter() - started) * 1000
-                )
+                timings["in process, after: store.runs_page(None, 51)"].append((time.perf_counter() - started) * 1000)
         for _ in range(3):
             server = start_server(url, actions=False)
             try:

@@ -59,7 +59,7 @@ def test_file_store_reads_a_later_range_without_opening_the_older_segment_or_rec
 
     assert _intact(store.backend.records_between("run-long", 260, 300), written) == list(range(261, 301))
     assert _intact(store.backend.records_between("run-long", 270, 275), written) == list(range(271, 276))
-    assert store.backend.snapshot_seq("run-long") == 289 and store.backend.snapshot_seq("run-long", 288) == 273
+    assert store.newest_snapshot("run-long") == 289 and store.newest_snapshot("run-long", 288) == 273
     store.close()
 
 
@@ -78,11 +78,13 @@ def test_s3_store_reads_a_later_range_without_the_older_segments(tmp_path: Path)
     assert any(checksum(record.body) != record.checksum for record in whole)  # the damage is real
 
     later = int(oldest[1])
-    assert _intact(store.backend.records_between("run-long", later, SAVES), written) == list(range(later + 1, SAVES + 1))
+    assert _intact(store.backend.records_between("run-long", later, SAVES), written) == list(
+        range(later + 1, SAVES + 1)
+    )
     assert _intact(store.backend.records_between("run-long", later + 5, later + 9), written) == list(
         range(later + 6, later + 10)
     )
-    assert store.backend.snapshot_seq("run-long") == 289
+    assert store.newest_snapshot("run-long") == 289
     store.close()
 
 
@@ -106,7 +108,7 @@ def test_redis_store_reads_a_later_range_without_reading_older_records(tmp_path:
 
     assert _intact(store.backend.records_between("run-long", 7, 40), written) == list(range(8, 41))
     assert _intact(store.backend.records_between("run-long", 250, 260), written) == list(range(251, 261))
-    assert store.backend.snapshot_seq("run-long", 40) == 33
+    assert store.newest_snapshot("run-long", 40) == 33
     store.close()
 
 
@@ -117,7 +119,7 @@ def test_sqlite_paged_reads_search_the_records_index_and_never_scan_the_table(tm
     store.backend.conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
 
     assert _intact(store.backend.records_between("run-long", 100, 110), written) == list(range(101, 111))
-    assert store.backend.snapshot_seq("run-long", 280) == 273
+    assert store.newest_snapshot("run-long", 280) == 273
     store.backend.conn.set_trace_callback(None)  # type: ignore[attr-defined]
 
     reads = [sql for sql in statements if "unbroken_records" in sql]
@@ -162,12 +164,16 @@ def test_postgres_paged_reads_use_their_indexes(tmp_path: Path) -> None:
                 assert "seq > " in plan and "seq <= " in plan, plan
             if name.startswith("summaries"):  # read in index order: no sort of every run
                 assert "Sort" not in plan and "Limit" in plan, plan
-    assert [row.run_id for row in store.backend.summaries_page((1096.0, "run-9991"), 2)] == _expected_page(store, 1096.0)
+    assert [row.run_id for row in store.backend.summaries_page((1096.0, "run-9991"), 2)] == _expected_page(
+        store, 1096.0
+    )
     store.close()
 
 
 def _expected_page(store: Store, updated_at: float) -> list[str]:
-    rows: list[RunSummary] = sorted(store.backend.list_summaries(), key=lambda r: (r.updated_at, r.run_id), reverse=True)
+    rows: list[RunSummary] = sorted(
+        store.backend.list_summaries(), key=lambda r: (r.updated_at, r.run_id), reverse=True
+    )
     return [r.run_id for r in rows if (r.updated_at, r.run_id) < (updated_at, "run-9991")][:2]
 
 

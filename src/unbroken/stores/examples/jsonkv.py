@@ -1,8 +1,10 @@
-"""An example backend in ~150 lines: a directory of small JSON files, one per key.
+"""An example backend in ~200 lines of code: a directory of small JSON files, one per key.
 
-It shows what a new backend needs and nothing more: the primitives of ``backend.py`` over a
-key-value place; every rule (leases, fencing, damage detection, submit/claim) comes from
-``Store``. One lock serialises the primitives, so it is for one process (no ``multi_process``).
+It shows what a new backend needs and nothing more: ``JsonKVBackend``, the primitives of
+``backend.py`` over a key-value place (a ``QueueBackend``: it keeps submissions too), and
+``JsonKVStore``, the ``Store`` over it; every rule (leases, fencing, run-id checks, damage
+detection, submit/claim) comes from ``Store``. Its ``snapshot_seq`` declares ``SnapshotIndex``.
+One lock serialises the primitives, so it is for one process (``reach`` "process").
 Each file is written to a temporary name, fsynced and renamed, so a write is whole or absent.
 The paging reads are kept simple: ``records_between`` opens one file per seq of the range,
 ``snapshot_seq`` reads flags back from the newest record to the previous snapshot, and

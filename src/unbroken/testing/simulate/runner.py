@@ -17,7 +17,7 @@ from .world import Scenario, World, draw_scenario
 StoreFactory = Callable[[], Store]
 """Gives the store one schedule runs on; it is closed after the schedule. A schedule's runs are
 named after its seed and removed before and after it, so a factory may hand out one shared
-store (a ``Delegating`` view of it, whose ``close`` does nothing)."""
+store (``delegate.view`` of it, whose ``close`` does nothing)."""
 
 
 @dataclass

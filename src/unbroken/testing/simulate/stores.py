@@ -2,8 +2,8 @@
 fresh in-memory one that loses data as a cache-like server may, ``lossy.py``), ``sqlite`` (one
 file in a temporary directory), a store URL (``postgresql://...``, ``redis://...``,
 ``s3://...``: one shared store), or ``module:factory`` / ``path/to/file.py:factory`` naming
-your own function that returns a store (called once per schedule; return a fresh store, or a
-``Delegating`` view of a shared one, since the store it returns is closed after the schedule)."""
+your own function that returns a store (called once per schedule; return a fresh store, or
+``delegate.view(shared)`` of a shared one, since the store it returns is closed after the schedule)."""
 
 from __future__ import annotations
 
