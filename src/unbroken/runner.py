@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from . import conversation, hooks, owners
 from . import resources as run_resources
+from .acceptance import MAX_COUNT
 from .codec import MIGRATIONS
 from .compaction import Compactor
 from .conversation import TurnsPer
@@ -93,6 +94,16 @@ class Agent:
             raise ConfigError("max_result_bytes must be at least 1024 (or None for no cut)")
         if type(max_calls_per_turn) is not int or max_calls_per_turn < 1:
             raise ConfigError(f"max_calls_per_turn must be a whole number >= 1, not {max_calls_per_turn!r}")
+        if type(business_state_version) is not int or not 0 <= business_state_version <= MAX_COUNT:
+            shown = (
+                f"an integer of {business_state_version.bit_length()} bits"
+                if type(business_state_version) is int and business_state_version >= 2**64
+                else repr(business_state_version)
+            )
+            raise ConfigError(
+                "business_state_version must be a whole number from 0 to 2**53-1 (every saved run carries it "
+                f"and no load accepts another), not {shown}"
+            )
         if store is None:
             from .stores import open_store
 
