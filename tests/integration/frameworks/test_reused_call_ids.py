@@ -126,7 +126,7 @@ def test_mcp_tools_two_purchases_with_reused_call_ids_are_two_charges(tmp_path: 
         open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store,
     ):
         agent = Agent(model=build_model("openai-chat", server.url), tools=connection.tools, store=store)
-        outputs = [agent.send("shopper", task).output for task in PURCHASES]
+        outputs = [agent.send("shopper", task, create=True).output for task in PURCHASES]
 
     paid = effects(state)
     assert [(e["account"], e["amount"]) for e in paid] == [("lamp", 40), ("chair", 40)]
@@ -243,3 +243,45 @@ def test_agents_sdk_a_durable_tool_with_no_saved_answer_refuses_and_charges_noth
     assert isinstance(refused.value.__cause__, ConfigError)
     assert "nothing was run" in str(refused.value)
     assert shop.charges == [] and ledger == []
+
+
+def test_agents_sdk_a_session_whose_saves_the_store_lost_is_refused_not_started_over(
+    tmp_path: Path, server: ProviderServer
+) -> None:
+    """The session bought a lamp; the store then lost the session's saves but kept its effect
+    ledger (a partial loss). A new process running the same input would start the session from
+    nothing and buy the lamp again; it gets ``StoreDataLost`` instead, and nothing is charged."""
+    from agents import Agent, OpenAIResponsesModel, function_tool, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    from unbroken.errors import StoreDataLost
+
+    set_tracing_disabled(True)
+    server.responder = responses_reusing_call_0
+    shop = Shop()
+
+    @function_tool
+    def buy(item: str) -> str:
+        """Charge the card for an item (not idempotent)."""
+        return shop.charge(item, current_call().idempotency_key)
+
+    client = AsyncOpenAI(base_url=server.url + "/v1", api_key="test-key", max_retries=0)
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+
+    def shop_once() -> str:
+        session = UnbrokenSession("shopper", store)  # a new handle: as a new process would open it
+        agent = durable(Agent(name="clerk", tools=[buy], model=OpenAIResponsesModel("gpt-test", client)), session)
+        return str(asyncio.run(run_durably(agent, PURCHASES[0], session=session)).final_output)
+
+    assert shop_once() == "Done: charged for lamp (charge 1)"
+    run_id = UnbrokenSession("shopper", store).run_id
+    entries = store.ledger_list(run_id)
+    store.delete_run(run_id)
+    for entry in entries:  # the store kept the ledger and lost the saves
+        store.ledger_put(entry)
+
+    with pytest.raises(StoreDataLost, match="effect ledger holds 1 entry"):
+        shop_once()
+    store.close()
+
+    assert [item for item, _ in shop.charges] == ["lamp"]
