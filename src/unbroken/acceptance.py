@@ -245,9 +245,8 @@ def _fields_intact(fields: dict[str, Any]) -> bool:
         and type(results := get("results", _EMPTY)) is dict
         and (not results or _results_intact(results))
         and type(resolutions := get("resolutions", _EMPTY)) is dict
-        and (not resolutions or all(type(value) is str for value in resolutions.values()))
         and type(attempts := get("attempts", _EMPTY)) is dict
-        and (not attempts or all(type(n) is int and 0 <= n <= MAX_COUNT for n in attempts.values()))
+        and ((not resolutions and not attempts) or _per_call_intact(resolutions, attempts))
         and type(get("usage", _EMPTY)) is dict
         and type(get("created_at")) in _NUMBERS
         and type(get("updated_at")) in _NUMBERS
@@ -262,15 +261,27 @@ _HOWS = frozenset(RESULT_HOWS)
 
 
 def _results_intact(results: dict[str, Any]) -> bool:
-    return all(
-        type(result) is dict
-        and type(result.get("call_id")) is str
-        and type(result.get("content")) is str
-        and type(result.get("is_error")) is bool
-        and type(how := result.get("how", "executed")) is str
-        and how in _HOWS
-        for result in results.values()
-    )
+    for result in results.values():
+        if not (
+            type(result) is dict
+            and type(result.get("call_id")) is str
+            and type(result.get("content")) is str
+            and type(result.get("is_error")) is bool
+            and type(how := result.get("how", "executed")) is str
+            and how in _HOWS
+        ):
+            return False
+    return True
+
+
+def _per_call_intact(resolutions: dict[str, Any], attempts: dict[str, Any]) -> bool:
+    for resolution in resolutions.values():
+        if type(resolution) is not str:
+            return False
+    for count in attempts.values():  # noqa: SIM110 - a loop, not a generator: every save runs it
+        if type(count) is not int or not 0 <= count <= MAX_COUNT:
+            return False
+    return True
 
 
 def _calls_intact(calls: list[Any]) -> bool:
