@@ -90,6 +90,23 @@ class DataLostContract(ContractBase):
         assert "went back" in str(lost.value)
         assert store.read_records("run-lost-fence") == before
 
+    def test_a_new_holder_after_a_restore_from_an_old_backup_gets_a_fence_above_the_live_holders(
+        self, store: Store
+    ) -> None:
+        """The restored head holds an old, low fence; the next holder's is still above the live
+        holder's (``next_fence``), whose save is then refused as lost data (its save number
+        went back under another holder)."""
+        run, lease = self._held_run(store, "run-lost-restore", turns=2)
+        store.delete_run("run-lost-restore")
+        store.swap_head("run-lost-restore", None, RunHead(0, 1, None, 0.0))  # the backup's head
+        RunWriter(store, "run-lost-restore", task="restored").turn(1)
+
+        fresh = store.acquire_lease("run-lost-restore", "worker-b", LONG_TTL)
+
+        assert fresh.fence > lease.fence and fresh.previous_fence == 1
+        with pytest.raises(StoreDataLost, match="save number went back from 2 to 1 and another holder took it"):
+            run.turn(3, fence=lease.fence)
+
     def test_a_new_holder_after_a_total_loss_gets_a_higher_fence_and_the_old_holder_is_refused(
         self, store: Store
     ) -> None:
