@@ -17,6 +17,8 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import redis
+
 from ..state import TERMINAL_PHASES, Lease
 from .backend import Submission
 from .base import UNCLAIMABLE_PHASES, ClaimedRun, Store
@@ -30,7 +32,7 @@ gone), its phase (None: no save yet) and its head's save number."""
 class RedisQueue(Store):
     """The queue reads of ``RedisStore`` (mixed into it; uses its connection helpers)."""
 
-    _client: Any
+    _client: redis.Redis
     _scripts: dict[str, Any]
 
     def _key(self, kind: str, run_id: str = "") -> str:
@@ -80,8 +82,8 @@ class RedisQueue(Store):
 
         def fetch(_: bool) -> list[Any]:
             pipe = self._client.pipeline(transaction=False)
-            pipe.hmget(self._key("subs"), [run_id for run_id, _ in members])
-            for run_id, _ in members:
+            pipe.hmget(self._key("subs"), [run_id for run_id, _score in members])
+            for run_id, _score in members:
                 pipe.hmget(self._key("head", run_id), ("phase", "seq"))
             return list(pipe.execute())
 
@@ -127,13 +129,17 @@ class RedisQueue(Store):
     def claimable_page(
         self, agent: str | None, blocked: frozenset[str], after: tuple[float, str] | None, limit: int
     ) -> list[Submission]:
+        """Pages of the queue until ``limit`` runs for ``agent`` whose phase is not ``blocked``
+        are found (a short page is the last)."""
         page: list[Submission] = []
-        for run_id, score, value, phase, seq in self._queue_rows(after, limit):
+        for run_id, score, value, phase, seq in self._pages(after) if limit > 0 else ():
             if value is None or (seq > 0 and phase in blocked):
                 continue
             queued = parse_submission(run_id, value, score)
             if agent is None or queued.agent == agent:
                 page.append(queued)
+                if len(page) >= limit:
+                    break
         return page
 
     def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
