@@ -45,9 +45,7 @@ def lose_a_running_run(store: ForgetfulStore, charged: list[int]) -> Worker:
     """Queue ``r1``, sync, and let a worker run it until the service forgets it (after one charge)."""
     store.submit("charge three times", "r1")
     store.sync()  # the service keeps the submission, not what the run saves next
-    worker = Worker(
-        lambda s: charging_agent(s, charged, forget_after=1), store, retry_after=0.05, poll_interval=0.01
-    )
+    worker = Worker(lambda s: charging_agent(s, charged, forget_after=1), store, retry_after=0.05, poll_interval=0.01)
     stats = worker.run(until_idle=True, max_runs=1)
     assert (stats.data_lost, charged) == (1, [100])
     return worker
