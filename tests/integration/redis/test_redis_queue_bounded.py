@@ -61,8 +61,9 @@ def fill_started(store: RedisStore, count: int) -> None:
     written as the store's save script writes a head."""
     pipe = store._client.pipeline(transaction=False)
     for n in range(count):
-        fields = {"seq": 3, "fence": 1, "owner": "", "expires": "0.0", "task": f"started {n}", "phase": "running"}
-        pipe.hset(store._key("head", f"s-{n:05d}"), mapping={**fields, "turns": 1, "tokens": 10, "updated": 500.0 + n})
+        fields: dict[str, str | float] = {"seq": 3, "fence": 1, "owner": "", "expires": "0.0", "task": f"started {n}"}
+        fields.update(phase="running", turns=1, tokens=10, updated=500.0 + n)
+        pipe.hset(store._key("head", f"s-{n:05d}"), mapping=fields)  # type: ignore[arg-type]
     pipe.zadd(store._key("runs"), {f"s-{n:05d}": 500.0 + n for n in range(count)})
     pipe.execute()
 

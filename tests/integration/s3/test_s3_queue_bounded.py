@@ -145,6 +145,7 @@ def test_a_bucket_from_before_the_order_objects_gets_them_at_its_first_open(serv
 def test_a_duplicate_submit_leaves_one_order_object(server: Server) -> None:
     bucket = s3test.new_bucket(server.url)
     with open_store(s3test.store_url(server.url, bucket)) as store:
+        assert isinstance(store, S3Store)
         store.submit("the task", "r1")
         store.submit("the task", "r1")
 
