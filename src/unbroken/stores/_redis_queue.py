@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple, TypeVar
 
 import redis
 
@@ -24,9 +24,21 @@ from .backend import Submission
 from .base import UNCLAIMABLE_PHASES, ClaimedRun, Store
 
 T = TypeVar("T")
-QueueRow = tuple[str, float, bytes | None, str | None, int]
-"""One queued run as a page reads it: run id, submitted_at, its submission (JSON, None if
-gone), its phase (None: no save yet) and its head's save number."""
+
+
+class QueueRow(NamedTuple):
+    """One queued run as a page reads it: its submission and what its head says now."""
+
+    run_id: str
+    submitted_at: float
+    submission: bytes | None
+    """The submission's JSON (None: removed since the page was read)."""
+    phase: str | None
+    """The phase of its last save (None: none yet)."""
+    seq: int
+    owner: str | None
+    """Its lease holder (None: nobody; the lease may have expired)."""
+    expires: float
 
 
 class RedisQueue(Store):
@@ -74,8 +86,8 @@ class RedisQueue(Store):
         return [(_text(member), float(score)) for member, score in rows[:limit]]
 
     def _queue_rows(self, after: tuple[float, str] | None, limit: int) -> list[QueueRow]:
-        """A page of the queue with each run's submission, phase and save number (one more
-        pipelined round trip: ``limit`` HGET and HMGET)."""
+        """A page of the queue with each run's submission and head (one more pipelined round
+        trip: one HMGET of the submissions, one HMGET per head)."""
         members = self._queue_after(after, limit)
         if not members:
             return []
@@ -84,19 +96,27 @@ class RedisQueue(Store):
             pipe = self._client.pipeline(transaction=False)
             pipe.hmget(self._key("subs"), [run_id for run_id, _score in members])
             for run_id, _score in members:
-                pipe.hmget(self._key("head", run_id), ("phase", "seq"))
+                pipe.hmget(self._key("head", run_id), ("phase", "seq", "owner", "expires"))
             return list(pipe.execute())
 
         replies = self._call(fetch)
         rows: list[QueueRow] = []
-        for (run_id, score), value, (phase, seq) in zip(members, replies[0], replies[1:], strict=True):
-            started = int(seq or 0)
+        for (run_id, score), value, head in zip(members, replies[0], replies[1:], strict=True):
+            phase, seq, owner, expires = head
             rows.append(
-                (run_id, score, None if value is None else _raw(value), _text(phase) if phase else None, started)
+                QueueRow(
+                    run_id,
+                    score,
+                    None if value is None else _raw(value),
+                    _text(phase) if phase else None,
+                    int(seq or 0),
+                    _text(owner) if owner else None,
+                    float(expires or 0.0),
+                )
             )
         return rows
 
-    def _pages(self, after: tuple[float, str] | None) -> Any:
+    def _pages(self, after: tuple[float, str] | None) -> Iterator[QueueRow]:
         """The queue's rows from the cursor on, a page (``CLAIM_PAGE``-sized) at a time, lazily."""
         from .base import CLAIM_PAGE
 
@@ -105,7 +125,7 @@ class RedisQueue(Store):
             yield from rows
             if len(rows) < CLAIM_PAGE:
                 return
-            after = (rows[-1][1], rows[-1][0])
+            after = (rows[-1].submitted_at, rows[-1].run_id)
 
     # ------------------------------------------------------------------ the primitives
 
@@ -119,11 +139,11 @@ class RedisQueue(Store):
         keys, plus the queued runs started and not finished that lie before them (as on SQLite
         and PostgreSQL, whose index holds started runs too)."""
         page: list[Submission] = []
-        for run_id, score, value, _phase, seq in self._pages(after):
+        for row in self._pages(after):
             if len(page) >= limit:
                 break
-            if seq == 0 and value is not None:
-                page.append(parse_submission(run_id, value, score))
+            if row.seq == 0 and row.submission is not None:
+                page.append(parse_submission(row.run_id, row.submission, row.submitted_at))
         return page
 
     def claimable_page(
@@ -132,10 +152,10 @@ class RedisQueue(Store):
         """Pages of the queue until ``limit`` runs for ``agent`` whose phase is not ``blocked``
         are found (a short page is the last)."""
         page: list[Submission] = []
-        for run_id, score, value, phase, seq in self._pages(after) if limit > 0 else ():
-            if value is None or (seq > 0 and phase in blocked):
+        for row in self._pages(after) if limit > 0 else ():
+            if row.submission is None or (row.seq > 0 and row.phase in blocked):
                 continue
-            queued = parse_submission(run_id, value, score)
+            queued = parse_submission(row.run_id, row.submission, row.submitted_at)
             if agent is None or queued.agent == agent:
                 page.append(queued)
                 if len(page) >= limit:
@@ -146,19 +166,25 @@ class RedisQueue(Store):
         """As ``Store.claim_runnable``, a page of the queue at a time, with the phase and the
         lease checked in the same script that takes the lease (the default reads phases first,
         so a run finishing meanwhile could be claimed again). A run seen finished leaves the
-        queue. The server's settings are checked first, as in ``acquire_lease``."""
+        queue. Runs whose lease is live by the page's read (on the server's clock, read once) are
+        passed over without a script call: a queue headed by running runs costs a page of reads
+        per 64 of them. The server's settings are checked first, as in ``acquire_lease``."""
         self.check_server()
         script = self._scripts["CLAIM"]
         phases = (",".join(sorted(UNCLAIMABLE_PHASES)), ",".join(sorted(TERMINAL_PHASES)))
         claimed: list[ClaimedRun] = []
-        for run_id, score, value, phase, seq in self._pages(None):
+        now = self.lease_time()  # passing over a lease live now only leaves the run to a later claim
+        for row in self._pages(None):
             if len(claimed) >= limit:
                 break
-            if value is None or (seq > 0 and phase in UNCLAIMABLE_PHASES and phase not in TERMINAL_PHASES):
+            if row.submission is None or (row.seq > 0 and row.phase in UNCLAIMABLE_PHASES - TERMINAL_PHASES):
                 continue  # paused or awaiting a person: the script would refuse it too
-            queued = parse_submission(run_id, value, score)
+            if row.owner is not None and row.expires > now:
+                continue  # held: the script would refuse it too
+            queued = parse_submission(row.run_id, row.submission, row.submitted_at)
             if agent is not None and queued.agent != agent:
                 continue
+            run_id = row.run_id
             keys = [self._key("head", run_id), self._key("queue")]
             args = [owner, repr(float(ttl)), *phases, run_id]
             got = self._call(functools.partial(_run_script, script, keys, args))

@@ -38,6 +38,8 @@ class Cost:
     """Bytes the server sent back."""
     peak: int
     """Bytes this process allocated at its peak."""
+    scripts: int = 0
+    """Scripts the server ran (each a round trip of its own)."""
 
 
 def fill(store: RedisStore, count: int, *, start: float = 1_000.0) -> None:
@@ -98,7 +100,8 @@ def measured(admin: redis.Redis, action: Callable[[], T]) -> tuple[T, Cost]:
     commands = sum(
         int(row["calls"]) for name, row in stats.items() if not name.startswith(("cmdstat_info", "cmdstat_config"))
     )
-    return result, Cost(commands, after - before - _info_reply_bytes(admin), peak)
+    scripts = sum(int(row["calls"]) for name, row in stats.items() if name in ("cmdstat_evalsha", "cmdstat_eval"))
+    return result, Cost(commands, after - before - _info_reply_bytes(admin), peak, scripts)
 
 
 def _info_reply_bytes(admin: redis.Redis) -> int:
@@ -165,3 +168,24 @@ def test_a_page_after_a_run_that_left_the_queue_goes_on_from_its_time(
 
     assert [item.run_id for item in page] == ["q-069001", "q-069002", "q-069003"]
     assert cost.commands < 250 and cost.sent < 64_000, cost
+
+
+def test_a_claim_passes_over_running_runs_a_page_at_a_time(crowded: tuple[RedisStore, redis.Redis]) -> None:
+    store, admin = crowded
+    busy = open_store(store.url.replace(f"prefix={PREFIX}", "prefix=busy"))
+    assert isinstance(busy, RedisStore)
+    fill(busy, 5_000)
+    held_until = busy.lease_time() + 600.0
+    pipe = busy._client.pipeline(transaction=False)
+    for n in range(4_000):  # the oldest 4,000 are being run by other workers
+        fields = {"seq": 0, "fence": 1, "owner": "worker-elsewhere", "expires": repr(held_until)}
+        pipe.hset(busy._key("head", f"q-{n:06d}"), mapping=fields)  # type: ignore[arg-type]
+    pipe.execute()
+
+    claimed, cost = measured(admin, lambda: busy.claim_runnable("worker-a", 60.0, limit=1))
+
+    assert [run.run_id for run in claimed] == ["q-004000"]
+    # 63 pages of 64 (a page script and one pipelined read each) and one claim script: not a
+    # claim script (a round trip) per running run
+    assert cost.scripts <= 4_000 // 64 + 3, cost
+    busy.close()
