@@ -143,7 +143,7 @@ def _s3(queued: int, repeats: int) -> QueueRow:
                 run_id, at = f"q-{n:05d}", 1_000.0 + n
                 body = json.dumps({"task": f"task {n}", "agent": None, "submitted_at": at}).encode()
                 backend.put_object(bucket, f"runs/queue/{run_id}", body)  # as add_submission writes
-                backend.put_object(bucket, f"runs/{order_name(at, run_id)}", body)
+                backend.put_object(bucket, f"runs/{order_name(at, run_id)}", b"")
             seconds = _time_page(store, repeats)
             sent: list[int] = []
             count: Callable[..., None] = lambda **_: sent.append(1)  # noqa: E731

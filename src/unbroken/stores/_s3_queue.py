@@ -5,9 +5,10 @@ Objects under the store's prefix::
 
     queue/RUN                       the submission (task, agent, submitted_at), create-only: the
                                     one that decides whether the run is queued
-    order/MICROS-RUN                the same submission, named so that names sort as the queue:
+    order/MICROS-RUN                an empty object named so that names sort as the queue:
                                     MICROS is submitted_at in microseconds, zero-padded to 20
-                                    digits, so (submitted_at, run_id) order is key order
+                                    digits, so (submitted_at, run_id) order is key order (empty:
+                                    an order object left behind holds none of the task's text)
     meta/queue-order                written once the order objects of every submission exist
 
 ``submit`` writes the order object first, then ``queue/RUN`` create-only; a submission that
@@ -65,7 +66,7 @@ class S3Queue:
     def add_submission(self, submission: Submission) -> Submission | None:
         submission = replace(submission, submitted_at=round(submission.submitted_at * MICROS) / MICROS)
         body, order = _submission_body(submission), order_name(submission.submitted_at, submission.run_id)
-        self.objects.put(order, body)
+        self.objects.put(order, b"")
         try:
             self.objects.put(f"queue/{submission.run_id}", body, create_only=True)
             return None
@@ -91,7 +92,7 @@ class S3Queue:
         for name, item in zip(names, found, strict=True):
             if item is not None:
                 queued = _parse(name.split("/", 1)[1], item[0])
-                self.objects.put(order_name(queued.submitted_at, queued.run_id), item[0])
+                self.objects.put(order_name(queued.submitted_at, queued.run_id), b"")
         with contextlib.suppress(PreconditionFailed):  # another process built it at the same time
             self.objects.put(BUILT, b"{}", create_only=True)
 

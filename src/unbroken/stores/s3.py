@@ -13,7 +13,7 @@ Layout under the prefix, per run::
                                 merged by doubling up to ``MAX_SEGMENT``)
     runs/RUN/led/KEY            one effect-ledger entry
     queue/RUN                   a submission for workers, written create-only
-    order/MICROS-RUN            the same submission, named to sort in queue order (``_s3_queue``)
+    order/MICROS-RUN            empty, named to sort in queue order (``_s3_queue``)
 
 A save is two writes. First the record, create-only under a name no one else uses; then the head,
 by compare-and-set on its ETag (If-Match), moving ``seq`` to the new record only if the head's seq
