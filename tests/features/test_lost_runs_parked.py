@@ -138,3 +138,19 @@ def test_the_cli_lists_and_recovers_a_parked_run(tmp_path: Any) -> None:
     assert released.exit_code == 0 and "released" in released.output, released.output
     with open_store(url) as store:
         assert not lost.is_parked(store.read_head("r1"))
+
+
+def test_a_parked_run_with_save_points_lists_as_data_lost_and_shows_why() -> None:
+    from unbroken import open_store
+
+    store = open_store("memory://")
+    store.submit("charge three times", "r2")
+    with pytest.raises(Exception, match="ScriptExhausted"):  # saved, then the model is gone: not finished
+        Agent(ScriptedModel([charge_turn(0)]), [], store).run("charge three times", run_id="r2")
+    assert lost.park(store, "r2")
+
+    listed = {run.run_id: run.phase for run in ops.runs_page(store).runs}
+    view = ops.inspect_run(store, "r2")
+
+    assert listed == {"r2": "data_lost"}
+    assert view.lost and view.state is not None and view.state.phase != "data_lost"  # the saved state is untouched
