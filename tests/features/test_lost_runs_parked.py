@@ -153,4 +153,4 @@ def test_a_parked_run_with_save_points_lists_as_data_lost_and_shows_why() -> Non
     view = ops.inspect_run(store, "r2")
 
     assert listed == {"r2": "data_lost"}
-    assert view.lost and view.state is not None and view.state.phase != "data_lost"  # the saved state is untouched
+    assert view.lost and view.state is not None and view.state.phase == "awaiting_model"  # the saved state, untouched
