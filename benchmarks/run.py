@@ -37,6 +37,7 @@ import bench_agent
 import bench_crash
 import bench_import
 import bench_peers
+import bench_queue
 import bench_scale
 import bench_store
 import report
@@ -73,6 +74,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--no-crash", action="store_true", help="skip table 2")
     add("--no-scale", action="store_true", help="skip table 3")
     add("--no-fleet", action="store_true", help="skip table 4")
+    add("--no-queue", action="store_true", help="skip the first page of runs with a long queue (Redis, S3)")
     add("--strict", action="store_true", help="exit 1 if a target fails")
     add("--dir", type=Path, default=None, help="where to put the databases (default: a temp dir)")
     add("--json", type=Path, default=None, help="also write every figure to this JSON file")
@@ -113,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="unbroken-bench-", dir=args.dir))
     started = time.perf_counter()
     results = Results()
+    queue_rows: list[bench_queue.QueueRow] = []
     _compile_package(results.notes)
     try:
         kinds = _available_kinds(root, wanted, results.notes)
@@ -148,13 +151,22 @@ def main(argv: list[str] | None = None) -> int:
         ]
         _say("import unbroken")
         results.imports = bench_import.measure(repeats)
+        if not args.no_queue:
+            _say("first page of runs with a long queue (Redis 100,000, S3 5,000)")
+            queue_rows = bench_queue.measure(1_000 if quick else 100_000, 500 if quick else 5_000, repeats)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     _link_langgraph_crash(results)
     _link_scale_floor(results)
     elapsed = time.perf_counter() - started
-    verdicts = report.targets(results, turns_list)
+    verdicts = report.targets(results, turns_list) + bench_queue.verdicts(queue_rows)
     text = _report_text(results, agent_rows, _header(turns_list, repeats, elapsed))
+    if queue_rows:
+        text += "\n" + "\n".join(bench_queue.lines(queue_rows))
+        text += (
+            "\nNote: the queue's S3 row runs on moto, a mock in this process (~4 ms a request here): "
+            "its request count is what a real service is sent, its time is moto's."
+        )
     print()
     print(text)
     print()

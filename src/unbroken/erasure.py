@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from . import lost
 from .errors import RunNotFound
 from .leases import acquire, make_owner
 from .state import check_run_id
@@ -55,7 +56,9 @@ def erase(store: Store, run_id: str, *, with_forks: bool = False) -> Erasure:
     if not present:
         raise RunNotFound(f"no run {run_id!r} in {store.url}: nothing to erase")
     for target in present:  # first hold them all: a live process running one refuses the whole erase
-        if store.exists(target):
+        if lost.is_parked(store.read_head(target)):  # parked as lost: this operator act displaces the park
+            store.acquire_lease(target, make_owner(), 60.0, takeover_from=lost.LOST_OWNER)
+        elif store.exists(target):
             acquire(store, target, make_owner(), 60.0)
     entries = 0
     for target in present:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 
-from . import clock, owners
+from . import clock, lost, owners
 from .errors import LeaseHeld, LeaseLost, StoreDataLost
 from .fencing import LeaseGuard, Takeover
 from .owners import _boot_id as _boot_id  # re-exported: the fault tests name them here
@@ -38,6 +38,8 @@ def take_lease(store: Store, run_id: str, owner: str, ttl: float, *, grace: floa
     now = store.lease_time()
     sent = clock.monotonic()
     live = head is not None and head.owner is not None and head.expires_at > now
+    if lost.is_parked(head):
+        raise LeaseHeld(lost.refusal(run_id))
     if head is not None and head.owner is not None and head.owner != owner and owners.owner_is_alive(head.owner):
         raise LeaseHeld(
             f"run {run_id!r} is held by {describe_live(head.owner)}; it is never taken over while it lives, "

@@ -152,3 +152,14 @@ if not score or tonumber(score) ~= tonumber(ARGV[3]) then return false end
 local rank = redis.call('ZREVRANK', KEYS[1], ARGV[2])
 return redis.call('ZREVRANGE', KEYS[1], rank + 1, rank + tonumber(ARGV[1]), 'WITHSCORES')
 """
+
+# KEYS: queue. ARGV: limit, cursor run id, cursor submitted_at. The next queued runs after the
+# cursor (score ascending, then run id ascending: the sorted set's own order) as a flat list
+# member, score, ...; false when the cursor's run is not in the queue at that time any more (the
+# caller then pages by score). O(log queue + limit). Read-only.
+QUEUE_AFTER = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[2])
+if not score or tonumber(score) ~= tonumber(ARGV[3]) then return false end
+local rank = redis.call('ZRANK', KEYS[1], ARGV[2])
+return redis.call('ZRANGE', KEYS[1], rank + 1, rank + tonumber(ARGV[1]), 'WITHSCORES')
+"""

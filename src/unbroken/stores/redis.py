@@ -27,7 +27,6 @@ not supported (a save touches keys of several hash slots).
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -38,17 +37,17 @@ import redis
 from .. import clock, crashpoints
 from ..codec import EncodedSave, PackedRecords, StoredRecord, dumps
 from ..errors import CorruptCheckpoint, InvalidStoreURL, StoreUnavailable
-from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunSummary
+from ..state import Lease, LedgerEntry, RunSummary
 from . import _redis_scripts as lua
+from ._redis_queue import RedisQueue, parse_submission
 from ._redis_settings import LEVELS, UNKNOWN, ServerSettings, assume_noeviction, check_durability, split_url, where_of
 from .backend import Durability, Refused, RunHead, SealedEntry, Submission, newest_snapshot_between, seal
-from .base import UNCLAIMABLE_PHASES, ClaimedRun, Store
 
 T = TypeVar("T")
 _TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
-class RedisStore(Store):
+class RedisStore(RedisQueue):
     """A run store in a Redis database. Safe to share between threads; a forked child opens
     its own connections (redis-py's pool notices the fork)."""
 
@@ -81,7 +80,7 @@ class RedisStore(Store):
             name: self._client.register_script(getattr(lua, name))
             for name in (
                 *("SWAP_HEAD", "WRITE_RECORD", "REPLACE_RECORDS", "WRITE_ENTRY", "ADD_SUBMISSION", "CLAIM"),
-                *("RECORDS_BETWEEN", "SUMMARIES_AFTER"),
+                *("RECORDS_BETWEEN", "SUMMARIES_AFTER", "QUEUE_AFTER"),
             )
         }
         self.durability = self.check_server()
@@ -441,7 +440,7 @@ class RedisStore(Store):
         args = [submission.run_id, json.dumps(data), repr(float(submission.submitted_at))]
         script, keys = self._scripts["ADD_SUBMISSION"], [self._key("subs"), self._key("queue")]
         stored = self._call(lambda _: script(keys=keys, args=args))
-        return _parse_submission(submission.run_id, stored) if stored else None
+        return parse_submission(submission.run_id, stored) if stored else None
 
     def acquire_lease(self, run_id: str, owner: str, ttl: float, *, takeover_from: str | None = None) -> Lease:
         """As ``Store.acquire_lease``, after checking that the server still keeps what the URL
@@ -449,45 +448,14 @@ class RedisStore(Store):
         self.check_server()
         return super().acquire_lease(run_id, owner, ttl, takeover_from=takeover_from)
 
-    def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
-        """As ``Store.claim_runnable``, with the phase and the lease checked in the same script
-        that takes the lease (the default reads phases first, so a run finishing meanwhile could
-        be claimed again). Only queued runs not yet seen finished are looked at. The server's
-        settings are checked first, as in ``acquire_lease``."""
-        self.check_server()
-        script = self._scripts["CLAIM"]
-        phases = (",".join(sorted(UNCLAIMABLE_PHASES)), ",".join(sorted(TERMINAL_PHASES)))
-        queued_ids = [_text(r) for r in self._call(lambda _: self._client.zrange(self._key("queue"), 0, -1))]
-        if not queued_ids:
-            return []
-        rows = self._call(lambda _: self._client.hmget(self._key("subs"), queued_ids))
-        claimed: list[ClaimedRun] = []
-        for run_id, row in zip(queued_ids, rows, strict=True):
-            if len(claimed) >= limit:
-                break
-            queued = _parse_submission(run_id, _raw(row)) if row is not None else None
-            if queued is None or (agent is not None and queued.agent != agent):
-                continue
-            keys = [self._key("head", run_id), self._key("queue")]
-            args = [owner, repr(float(ttl)), *phases, run_id]
-            got = self._call(functools.partial(_run_script, script, keys, args))
-            if got:
-                lease = Lease(run_id, owner, int(got[0]), float(got[1]), previous_fence=int(got[2]))
-                claimed.append(ClaimedRun(run_id, queued.task, queued.agent, lease))
-        return claimed
-
     def list_submissions(self) -> list[Submission]:
         rows = self._call(lambda _: self._client.hgetall(self._key("subs")))
-        queued = [_parse_submission(_text(run_id), _raw(value)) for run_id, value in rows.items()]
+        queued = [parse_submission(_text(run_id), _raw(value)) for run_id, value in rows.items()]
         return sorted(queued, key=lambda s: (s.submitted_at, s.run_id))
 
     def submission(self, run_id: str) -> Submission | None:
         value = self._call(lambda _: self._client.hget(self._key("subs"), run_id))
-        return _parse_submission(run_id, _raw(value)) if value is not None else None
-
-
-def _run_script(script: Any, keys: list[str], args: list[str], _: bool) -> Any:
-    return script(keys=keys, args=args)
+        return parse_submission(run_id, _raw(value)) if value is not None else None
 
 
 def _raw(value: bytes | str) -> bytes:
@@ -513,8 +481,3 @@ def _parse_entry(value: bytes) -> SealedEntry:
             last_good_seq=None,
         ) from exc
     return SealedEntry(entry, None if check == b"-" else check.decode())
-
-
-def _parse_submission(run_id: str, value: bytes) -> Submission:
-    data = json.loads(value)
-    return Submission(run_id, data["task"], data["agent"], float(data["submitted_at"]))

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from ...errors import LeaseLost, RunNotFound, RunQueued, StoreDataLost, TaskMismatch, Unsupported
+from ...lost import park, release
 from ...state import RunSummary
 from ...stores.base import ClaimedRun, Store
 from ._base import ContractBase
@@ -35,6 +36,19 @@ class ClaimContract(ContractBase):
             assert [c.run_id for c in store.claim_runnable("worker-a", LONG_TTL)] == [run_id]
         else:
             assert not _claims(store)
+
+    def test_a_run_parked_as_lost_is_never_claimed_until_an_operator_releases_it(self, store: Store) -> None:
+        if not _claims(store):
+            return
+        store.submit("task", "run-parked")
+        store.submit("task", "run-next")
+
+        assert park(store, "run-parked") and not park(store, "run-parked")  # once
+        taken = [c.run_id for c in store.claim_runnable("worker-a", LONG_TTL, limit=5)]
+        release(store, "run-parked")
+        again = [c.run_id for c in store.claim_runnable("worker-b", LONG_TTL, limit=5)]
+
+        assert (taken, again) == (["run-next"], ["run-parked"])
 
     def test_submit_twice_with_the_same_task_is_safe_and_queues_one_run(self, store: Store) -> None:
         if not _claims(store):
