@@ -8,6 +8,10 @@ from urllib.parse import parse_qs, urlsplit
 from ..errors import InvalidStoreURL
 from .base import Store
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..encryption import KeyProvider
+
 DEFAULT_STORE_URL = "sqlite:///unbroken.db"
 STORE_ENV_VAR = "UNBROKEN_STORE"
 
@@ -52,11 +56,35 @@ def _file_mode(options: dict[str, str], url: str) -> int:
     return mode
 
 
-def open_store(url: str | None = None) -> Store:
+_KEY_VARS = ("UNBROKEN_ENCRYPTION_KEY", "UNBROKEN_ENCRYPTION_KEY_FILE", "UNBROKEN_ENCRYPTION_OLD_KEYS")
+
+
+def open_store(url: str | None = None, *, encryption: KeyProvider | None = None) -> Store:
     """Open the store named by ``url`` (default: ``$UNBROKEN_STORE``, else ``sqlite:///unbroken.db``).
 
     Raises ``InvalidStoreURL`` for a URL it cannot use and ``StoreUnavailable`` when the place
-    it names cannot be opened; creates the database file or directory when it is missing."""
+    it names cannot be opened; creates the database file or directory when it is missing.
+
+    ``encryption``: a key provider (``unbroken.encryption``) turns encryption at rest on
+    (``stores.encrypted``); without one, a key in ``$UNBROKEN_ENCRYPTION_KEY`` or a key file
+    named by ``$UNBROKEN_ENCRYPTION_KEY_FILE`` does. Neither: no encryption (runs that are
+    encrypted then refuse to load, naming the key id they need)."""
+    store = _open(url)
+    if encryption is None and not any(os.environ.get(name) for name in _KEY_VARS):
+        return store
+    try:
+        from ..encryption import keys_from_environment
+        from .encrypted import EncryptedStore
+
+        keys = encryption if encryption is not None else keys_from_environment()
+        assert keys is not None
+        return EncryptedStore(store, keys)
+    except BaseException:
+        store.close()
+        raise
+
+
+def _open(url: str | None) -> Store:
     if url is None:
         url = os.environ.get(STORE_ENV_VAR) or DEFAULT_STORE_URL
     if isinstance(url, str) and "://" not in url and url.partition(":")[0].isalpha() and ":" in url:

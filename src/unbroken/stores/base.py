@@ -24,6 +24,7 @@ from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, PackedRecords,
 from ..errors import (
     ConcurrentSave,
     CorruptCheckpoint,
+    EncryptionKeyMissing,
     LeaseHeld,
     LeaseLost,
     RunNotFound,
@@ -241,6 +242,10 @@ class Store(Backend):
             if exc.last_good_seq == 0 and not self.records_after(run_id, 0):
                 raise self._not_found(run_id) from None
             raise
+        except EncryptionKeyMissing as exc:  # a sealed record read without keys: name the key it needs
+            from ._data_keys import needs_key
+
+            raise needs_key(self, run_id, exc) from None
         if head is not None and decoded.problem is None and decoded.last_seq < head.seq:
             problem = (
                 f"save records {decoded.last_seq + 1}..{head.seq} of run {run_id!r} are missing "

@@ -1,0 +1,404 @@
+"""Encryption at rest, in one place above every backend: ``EncryptedStore(store, keys)``.
+
+It holds another store and seals what that store is given, opening what it returns, so every
+rule of ``Store`` (and every reader: load, tail and paged reads, watch, export, fork, erase) sees
+plain records and every backend keeps only sealed ones:
+
+* save record bodies (snapshots included) under the run's data key, bound to (run id, seq):
+  a body moved to another run or position does not open and is reported as damaged
+  (``CorruptCheckpoint``), like a record failing its checksum;
+* ledger results (a tool's output), bound to (run id, ledger key);
+* the task in a run's summary and its queue entry, bound to the run id.
+
+Clear: run ids, seqs, labels, phases, counters, timestamps, the snapshot flag, ledger keys,
+tool names, statuses and argument hashes (listings, claims and paging need them).
+
+Each run's data key is random, kept wrapped by the user's ``KeyProvider`` in a reserved ledger
+entry (``_data_keys``), and destroyed first when the run is removed (crypto-shredding). A store
+with keys reads plaintext runs as they are (mixed stores); a run sealed from save N on refuses a
+plaintext record at N or later.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+
+from .. import crashpoints
+from ..acceptance import REFUSED, checksum, loads
+from ..codec import EncodedSave, PackedRecords, Segment, StoredRecord
+from ..encryption import KeyProvider
+from ..encryption._cipher import DecryptFailed, RunCipher, is_sealed_record, is_sealed_text, new_data_key
+from ..errors import CorruptCheckpoint, EncryptionKeyMissing, StoreUnavailable, UnbrokenError, WrongEncryptionKey
+from ..state import Lease, LedgerEntry, RunSummary
+from ._data_keys import DATA_KEY, KeyRecord, key_entry, read_key_entry, rewrapped
+from .backend import Refused, RunHead, SealedEntry, Submission, entry_checksum, seal
+from .base import ClaimedRun, Store
+
+CACHED_RUNS = 1024
+"""Data keys kept unwrapped in memory (most recently used runs): bounded, however many runs."""
+_REWRAP_ATTEMPTS = 20  # a run's fence only moves when a lease is taken: 20 in a row is a fault
+
+
+class _Run:
+    """A run's data key, opened: its cipher, where sealing started, the sealed task (reused)."""
+
+    __slots__ = ("cipher", "from_seq", "kid", "task")
+
+    def __init__(self, cipher: RunCipher, record: KeyRecord) -> None:
+        self.cipher, self.from_seq, self.kid = cipher, record.from_seq, record.kid
+        self.task: tuple[str, str] | None = None  # (plain, sealed)
+
+
+class EncryptedStore(Store):
+    """``inner`` with everything user-written sealed under per-run data keys wrapped by ``keys``."""
+
+    def __init__(self, inner: Store, keys: KeyProvider) -> None:
+        if isinstance(inner, EncryptedStore):
+            raise ValueError("this store is already encrypted; wrap the plain store once")
+        self.inner, self.keys = inner, keys
+        self.url = inner.url
+        self.capabilities = inner.capabilities
+        self.durability = inner.durability
+        self.sealed_read_from = inner.sealed_read_from
+        self._runs: OrderedDict[str, _Run] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ data keys
+
+    def _unwrap(self, run_id: str, record: KeyRecord) -> bytes:
+        try:
+            return self.keys.unwrap(record.envelope)
+        except WrongEncryptionKey as exc:
+            raise WrongEncryptionKey(f"run {run_id!r}: {exc}", last_good_seq=None) from None
+        except EncryptionKeyMissing as exc:
+            raise EncryptionKeyMissing(f"run {run_id!r} is encrypted at rest: {exc}") from None
+
+    def _opened(self, run_id: str, sealed: SealedEntry) -> _Run:
+        record = read_key_entry(run_id, sealed)
+        run = _Run(RunCipher(run_id, self._unwrap(run_id, record)), record)
+        with self._lock:
+            self._runs[run_id] = run
+            self._runs.move_to_end(run_id)
+            while len(self._runs) > CACHED_RUNS:
+                self._runs.popitem(last=False)
+        return run
+
+    def _writing(self, run_id: str) -> _Run:
+        """The run's data key for a write that is not a save (a ledger entry, a submission): made
+        if the run has none, sealing from its next save on (its saves so far stay as they are)."""
+        with self._lock:
+            cached = self._runs.get(run_id)
+        if cached is not None:
+            return cached
+        head = self.inner.read_head(run_id)
+        run = self._run(run_id, create_from=(head.seq if head is not None else 0) + 1)
+        assert run is not None
+        return run
+
+    def _run(self, run_id: str, *, create_from: int | None = None, fresh: bool = False) -> _Run | None:
+        """The run's opened data key; None if it has none. ``create_from``: make one if there is
+        none (sealing from that save on), insert-if-absent, so concurrent writers share one.
+        ``fresh``: read the stored entry even if one is cached (a run created anew elsewhere)."""
+        if not fresh:
+            with self._lock:
+                cached = self._runs.get(run_id)
+            if cached is not None:
+                return cached
+        stored = self.inner.get_entry(run_id, DATA_KEY)
+        if stored is None and create_from is not None:
+            made = key_entry(run_id, KeyRecord(self.keys.wrap(new_data_key()), create_from))
+            stored = self.inner.insert_entry(made, fence=None) or made
+        if stored is None:
+            with self._lock:
+                self._runs.pop(run_id, None)
+            return None
+        return self._opened(run_id, stored)
+
+    def key_id_of(self, run_id: str) -> str | None:
+        """The id of the key that wraps the run's data key now (None: the run is not encrypted)."""
+        stored = self.inner.get_entry(run_id, DATA_KEY)
+        return None if stored is None else read_key_entry(run_id, stored).kid
+
+    def rewrap(self, run_id: str) -> bool | None:
+        """Re-wrap the run's data key under the provider's current key if another key wraps it:
+        one atomic replace of its entry (no record rewritten), written under the run's fence so an
+        erase that destroyed the key meanwhile is never undone. True: re-wrapped; False: already
+        current; None: the run has no data key (or it went away meanwhile)."""
+        for _ in range(_REWRAP_ATTEMPTS):
+            stored = self.inner.get_entry(run_id, DATA_KEY)
+            if stored is None:
+                return None
+            record = read_key_entry(run_id, stored)
+            if record.kid == self.keys.current_kid:
+                return False
+            head = self.inner.read_head(run_id)  # before the unwrap: an erase after it moves the fence
+            envelope = self.keys.wrap(self._unwrap(run_id, record))
+            try:
+                self.inner.put_entry(rewrapped(stored, envelope), fence=None if head is None else head.fence)
+            except Refused:  # the fence moved (a lease taken, an erase): look again
+                continue
+            crashpoints.hit("keys.rotate.rewrapped")
+            return True
+        raise StoreUnavailable(f"the data key of run {run_id!r} kept changing under {_REWRAP_ATTEMPTS} attempts; retry")
+
+    # ------------------------------------------------------------------ sealing
+
+    def _seal_save(self, save: EncodedSave, run: _Run) -> EncodedSave:
+        body = run.cipher.seal_record(save.seq, save.body, save.snapshot)
+        return replace(
+            save,
+            body=body,
+            checksum=checksum(body),
+            summary=replace(save.summary, task=self._seal_task(run, save.summary.task)),
+            ledger=tuple(self._seal_entry(entry, run) for entry in save.ledger),
+        )
+
+    @staticmethod
+    def _seal_task(run: _Run, task: str) -> str:
+        if run.task is None or run.task[0] != task:
+            run.task = (task, run.cipher.seal_text("task", "0", task))
+        return run.task[1]
+
+    @staticmethod
+    def _seal_entry(entry: LedgerEntry, run: _Run) -> LedgerEntry:
+        if entry.key == DATA_KEY:
+            raise ValueError(f"ledger key {DATA_KEY!r} is reserved for the run's data key")
+        if entry.result is None:
+            return entry
+        sealed = run.cipher.seal_text("ledger", entry.key, entry.result.content)
+        return replace(entry, result=replace(entry.result, content=sealed))
+
+    def _open_entry(self, run_id: str, sealed: SealedEntry | None) -> SealedEntry | None:
+        """The entry as written, its result opened; its checksum stays the stored one's verdict
+        (an entry edited as stored still fails it above, with the edit shown)."""
+        if sealed is None:
+            return None
+        entry = sealed.entry
+        if entry.result is None or not is_sealed_text(entry.result.content):
+            return sealed
+        intact = sealed.checksum is None or sealed.checksum == entry_checksum(entry)
+        run = self._run(entry.run_id)
+        try:
+            if run is None:
+                raise DecryptFailed(f"run {entry.run_id!r} has no data key any more (erased, or its key entry lost)")
+            content = run.cipher.open_text("ledger", entry.key, entry.result.content)
+        except DecryptFailed as exc:
+            raise CorruptCheckpoint(
+                f"effect ledger entry {entry.key!r} of run {run_id!r} does not decrypt ({exc}): moved from another "
+                "entry or run, or edited. Nothing was changed; its result is not given to the model",
+                last_good_seq=None,
+            ) from None
+        opened = replace(entry, result=replace(entry.result, content=content))
+        return SealedEntry(opened, entry_checksum(opened) if intact else sealed.checksum)
+
+    def _open_task(self, run_id: str, task: str) -> str:
+        if not is_sealed_text(task):
+            return task
+        try:
+            run = self._run(run_id)
+            if run is None:
+                return "[encrypted: the run has no data key any more]"
+            return run.cipher.open_text("task", "0", task)
+        except (UnbrokenError, DecryptFailed) as exc:  # one unreadable run does not hide a listing
+            return f"[encrypted: {type(exc).__name__}]"
+
+    def _open_records(
+        self, run_id: str, records: Iterable[StoredRecord | Segment], text: bool
+    ) -> Iterator[StoredRecord]:
+        """The records as written: sealed ones opened (their envelope's checksum checked first),
+        plaintext ones as they are; one that fails is handed on refused, with the reason, so the
+        loader reports it as that record's damage."""
+        run: _Run | None = None
+        looked = False
+        for item in records:
+            pieces = item.records() if type(item) is Segment else (item,)
+            for record in pieces:
+                body = record.body
+                if not looked:
+                    run, looked = self._run(run_id), True
+                if not is_sealed_record(body):
+                    if run is not None and record.seq >= run.from_seq:
+                        yield _refused(
+                            record,
+                            f"it is stored in plaintext where run {run_id!r} is encrypted "
+                            f"(from save {run.from_seq} on): a replaced record",
+                        )
+                    else:
+                        yield record
+                    continue
+                if checksum(body) != record.checksum:
+                    yield record  # torn or edited as stored: judged (and named) by the loader
+                    continue
+                try:
+                    if run is None:
+                        raise DecryptFailed(f"run {run_id!r} has no data key any more (erased, or its key entry lost)")
+                    envelope = loads(body)
+                    data = envelope.get("data") if type(envelope) is dict else None
+                    if type(data) is not str:
+                        raise DecryptFailed("its envelope has no data")
+                    plain = run.cipher.open_record(record.seq, data)
+                except (DecryptFailed, ValueError) as exc:
+                    yield _refused(
+                        record, f"it does not decrypt ({exc}): moved from another run or position, or edited"
+                    )
+                    continue
+                yield StoredRecord(record.seq, plain.decode() if text else plain, checksum(plain))
+
+    # ------------------------------------------------------------------ records
+
+    def write_record(
+        self, save: EncodedSave, entries: Sequence[SealedEntry], *, expect_seq: int, fence: int | None
+    ) -> None:
+        run = self._run(save.run_id, create_from=save.seq, fresh=expect_seq == 0)
+        assert run is not None
+        sealed = [seal(self._seal_entry(entry.entry, run)) for entry in entries]
+        self.inner.write_record(self._seal_save(save, run), sealed, expect_seq=expect_seq, fence=fence)
+
+    def replace_records(self, run_id: str, saves: Sequence[EncodedSave], *, expect_seq: int, fence: int | None) -> None:
+        run = self._run(run_id, create_from=saves[0].seq, fresh=expect_seq == 0)
+        assert run is not None
+        sealed = [self._seal_save(save, run) for save in saves]
+        self.inner.replace_records(run_id, sealed, expect_seq=expect_seq, fence=fence)
+
+    def records_after(self, run_id: str, after_seq: int = 0) -> list[StoredRecord]:
+        return list(self._open_records(run_id, self.inner.records_after(run_id, after_seq), text=True))
+
+    def records_between(self, run_id: str, after_seq: int, upto_seq: int) -> list[StoredRecord]:
+        return list(self._open_records(run_id, self.inner.records_between(run_id, after_seq, upto_seq), text=True))
+
+    def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int:
+        return self.inner.snapshot_seq(run_id, upto_seq)  # the flag stays clear (the envelope's "snapshot")
+
+    def read_raw_records(self, run_id: str) -> list[StoredRecord]:
+        records = list(self.iter_raw_records(run_id))
+        if not records:
+            raise self._not_found(run_id)
+        return records
+
+    def iter_raw_records(self, run_id: str) -> Iterable[StoredRecord]:
+        return self._open_records(run_id, self.inner.iter_load_pieces(run_id), text=False)
+
+    def iter_load_pieces(self, run_id: str) -> Iterable[StoredRecord | Segment]:
+        return self.iter_raw_records(run_id)  # sealed bodies are opened one by one: no sealed segment read
+
+    def read_packed(self, run_id: str) -> PackedRecords | None:
+        return None
+
+    def list_summaries(self) -> list[RunSummary]:
+        return [self._open_summary(row) for row in self.inner.list_summaries()]
+
+    def summaries_page(self, after: tuple[float, str] | None, limit: int) -> list[RunSummary]:
+        return [self._open_summary(row) for row in self.inner.summaries_page(after, limit)]
+
+    def _open_summary(self, row: RunSummary) -> RunSummary:
+        return row if not is_sealed_text(row.task) else replace(row, task=self._open_task(row.run_id, row.task))
+
+    def remove_run(self, run_id: str) -> None:
+        # The data key first: once it is gone, every copy of the run's sealed bytes the store
+        # cannot reach (a backup, a replica, a WAL, an old S3 version) is unreadable.
+        self.inner.delete_entries(run_id, [DATA_KEY])
+        with self._lock:
+            self._runs.pop(run_id, None)
+        crashpoints.hit("erase.data_key_destroyed")
+        self.inner.remove_run(run_id)
+
+    def scrub(self) -> str:
+        return self.inner.scrub()
+
+    # ------------------------------------------------------------------ effect ledger
+
+    def insert_entry(self, sealed: SealedEntry, *, fence: int | None) -> SealedEntry | None:
+        run = self._writing(sealed.entry.run_id)
+        existing = self.inner.insert_entry(seal(self._seal_entry(sealed.entry, run)), fence=fence)
+        return self._open_entry(sealed.entry.run_id, existing)
+
+    def put_entry(self, sealed: SealedEntry, *, fence: int | None) -> None:
+        run = self._writing(sealed.entry.run_id)
+        self.inner.put_entry(seal(self._seal_entry(sealed.entry, run)), fence=fence)
+
+    def get_entry(self, run_id: str, key: str) -> SealedEntry | None:
+        if key == DATA_KEY:
+            return None
+        return self._open_entry(run_id, self.inner.get_entry(run_id, key))
+
+    def list_entries(self, run_id: str) -> list[SealedEntry]:
+        rows = (self._open_entry(run_id, s) for s in self.inner.list_entries(run_id) if s.entry.key != DATA_KEY)
+        return [row for row in rows if row is not None]
+
+    def entries_page(self, run_id: str, before: tuple[float, str] | None, limit: int) -> list[SealedEntry]:
+        rows = [s for s in self.inner.entries_page(run_id, before, limit + 1) if s.entry.key != DATA_KEY]
+        opened = (self._open_entry(run_id, s) for s in rows[:limit])
+        return [row for row in opened if row is not None]
+
+    def delete_entries(self, run_id: str, keys: Sequence[str]) -> None:
+        self.inner.delete_entries(run_id, keys)
+
+    # ------------------------------------------------------------------ submissions
+
+    def _seal_submission(self, submission: Submission) -> Submission:
+        run = self._writing(submission.run_id)
+        return replace(submission, task=self._seal_task(run, submission.task))
+
+    def _open_submission(self, submission: Submission | None) -> Submission | None:
+        if submission is None or not is_sealed_text(submission.task):
+            return submission
+        return replace(submission, task=self._open_task(submission.run_id, submission.task))
+
+    def add_submission(self, submission: Submission) -> Submission | None:
+        return self._open_submission(self.inner.add_submission(self._seal_submission(submission)))
+
+    def list_submissions(self) -> list[Submission]:
+        return [s for s in map(self._open_submission, self.inner.list_submissions()) if s is not None]
+
+    def submission(self, run_id: str) -> Submission | None:
+        return self._open_submission(self.inner.submission(run_id))
+
+    def claimable_page(
+        self, agent: str | None, blocked: frozenset[str], after: tuple[float, str] | None, limit: int
+    ) -> list[Submission]:
+        rows = self.inner.claimable_page(agent, blocked, after, limit)
+        return [s for s in map(self._open_submission, rows) if s is not None]
+
+    def unstarted_page(self, after: tuple[float, str] | None, limit: int) -> list[Submission]:
+        rows = self.inner.unstarted_page(after, limit)
+        return [s for s in map(self._open_submission, rows) if s is not None]
+
+    def claim_runnable(self, owner: str, ttl: float, *, agent: str | None = None, limit: int = 1) -> list[ClaimedRun]:
+        claimed = self.inner.claim_runnable(owner, ttl, agent=agent, limit=limit)
+        return [replace(run, task=self._open_task(run.run_id, run.task)) for run in claimed]
+
+    def phase_of(self, run_id: str) -> str | None:
+        return self.inner.phase_of(run_id)
+
+    # ------------------------------------------------------------------ head, clock, leases: as they are
+
+    def store_time(self) -> float:
+        return self.inner.store_time()
+
+    def lease_time(self) -> float:
+        return self.inner.lease_time()
+
+    def read_head(self, run_id: str) -> RunHead | None:
+        return self.inner.read_head(run_id)
+
+    def swap_head(self, run_id: str, expected: RunHead | None, new: RunHead) -> bool:
+        return self.inner.swap_head(run_id, expected, new)
+
+    def acquire_lease(self, run_id: str, owner: str, ttl: float, *, takeover_from: str | None = None) -> Lease:
+        # The backend's own (it may check its server first); renewals and reads are Store's rules.
+        return self.inner.acquire_lease(run_id, owner, ttl, takeover_from=takeover_from)
+
+    def close(self) -> None:
+        with self._lock:
+            self._runs.clear()  # the unwrapped data keys leave memory with the store
+        self.inner.close()
+
+
+def _refused(record: StoredRecord, reason: str) -> StoredRecord:
+    return StoredRecord(record.seq, record.body, REFUSED + reason)
+
+
+__all__ = ["CACHED_RUNS", "DATA_KEY", "EncryptedStore"]
