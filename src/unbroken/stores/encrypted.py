@@ -31,15 +31,14 @@ from ..acceptance import REFUSED, checksum, loads
 from ..codec import EncodedSave, PackedRecords, Segment, StoredRecord
 from ..encryption import KeyProvider
 from ..encryption._cipher import DecryptFailed, RunCipher, is_sealed_record, is_sealed_text, new_data_key
-from ..errors import CorruptCheckpoint, EncryptionKeyMissing, StoreUnavailable, UnbrokenError, WrongEncryptionKey
+from ..errors import CorruptCheckpoint, EncryptionKeyMissing, UnbrokenError, WrongEncryptionKey
 from ..state import Lease, LedgerEntry, RunSummary
 from ._data_keys import DATA_KEY, KeyRecord, key_entry, read_key_entry, rewrapped
-from .backend import Refused, RunHead, SealedEntry, Submission, entry_checksum, seal
+from .backend import RunHead, SealedEntry, Submission, entry_checksum, seal
 from .base import ClaimedRun, Store
 
 CACHED_RUNS = 1024
 """Data keys kept unwrapped in memory (most recently used runs): bounded, however many runs."""
-_REWRAP_ATTEMPTS = 20  # a run's fence only moves when a lease is taken: 20 in a row is a fault
 
 
 class _Run:
@@ -55,10 +54,15 @@ class _Run:
 class EncryptedStore(Store):
     """``inner`` with everything user-written sealed under per-run data keys wrapped by ``keys``."""
 
-    def __init__(self, inner: Store, keys: KeyProvider) -> None:
-        if isinstance(inner, EncryptedStore):
+    def __init__(self, inner: Store, keys: KeyProvider, *, key_store: Store | None = None) -> None:
+        """``key_store``: where the wrapped data keys are kept (default: ``inner``, as reserved
+        ledger entries of each run). Another store keeps them apart from the runs, so a copy of
+        the runs' store (a backup, a replica) holds no data key at all and an erase shreds the
+        run in every such copy; that store then needs its own backups, on its own schedule."""
+        if isinstance(inner, EncryptedStore) or isinstance(key_store, EncryptedStore):
             raise ValueError("this store is already encrypted; wrap the plain store once")
         self.inner, self.keys = inner, keys
+        self.key_store = key_store if key_store is not None else inner
         self.url = inner.url
         self.capabilities = inner.capabilities
         self.durability = inner.durability
@@ -107,10 +111,10 @@ class EncryptedStore(Store):
                 cached = self._runs.get(run_id)
             if cached is not None:
                 return cached
-        stored = self.inner.get_entry(run_id, DATA_KEY)
+        stored = self.key_store.get_entry(run_id, DATA_KEY)
         if stored is None and create_from is not None:
             made = key_entry(run_id, KeyRecord(self.keys.wrap(new_data_key()), create_from))
-            stored = self.inner.insert_entry(made, fence=None) or made
+            stored = self.key_store.insert_entry(made, fence=None) or made
         if stored is None:
             with self._lock:
                 self._runs.pop(run_id, None)
@@ -119,30 +123,34 @@ class EncryptedStore(Store):
 
     def key_id_of(self, run_id: str) -> str | None:
         """The id of the key that wraps the run's data key now (None: the run is not encrypted)."""
-        stored = self.inner.get_entry(run_id, DATA_KEY)
+        stored = self.key_store.get_entry(run_id, DATA_KEY)
         return None if stored is None else read_key_entry(run_id, stored).kid
 
     def rewrap(self, run_id: str) -> bool | None:
         """Re-wrap the run's data key under the provider's current key if another key wraps it:
-        one atomic replace of its entry (no record rewritten), written under the run's fence so an
-        erase that destroyed the key meanwhile is never undone. True: re-wrapped; False: already
-        current; None: the run has no data key (or it went away meanwhile)."""
-        for _ in range(_REWRAP_ATTEMPTS):
-            stored = self.inner.get_entry(run_id, DATA_KEY)
-            if stored is None:
-                return None
-            record = read_key_entry(run_id, stored)
-            if record.kid == self.keys.current_kid:
-                return False
-            head = self.inner.read_head(run_id)  # before the unwrap: an erase after it moves the fence
-            envelope = self.keys.wrap(self._unwrap(run_id, record))
-            try:
-                self.inner.put_entry(rewrapped(stored, envelope), fence=None if head is None else head.fence)
-            except Refused:  # the fence moved (a lease taken, an erase): look again
-                continue
-            crashpoints.hit("keys.rotate.rewrapped")
-            return True
-        raise StoreUnavailable(f"the data key of run {run_id!r} kept changing under {_REWRAP_ATTEMPTS} attempts; retry")
+        one atomic replace of its entry, no record rewritten. True: re-wrapped; False: already
+        current; None: the run has no data key (or was erased meanwhile). An erase running at the
+        same time is never undone: one that removed the run before the replace landed has its
+        key removed again here (and ``remove_run`` removes the key before and after the run)."""
+        stored = self.key_store.get_entry(run_id, DATA_KEY)
+        if stored is None:
+            return None
+        record = read_key_entry(run_id, stored)
+        if record.kid == self.keys.current_kid:
+            return False
+        envelope = self.keys.wrap(self._unwrap(run_id, record))
+        self.key_store.put_entry(rewrapped(stored, envelope), fence=None)
+        if self._gone(run_id):
+            self.key_store.delete_entries(run_id, [DATA_KEY])
+            return None
+        crashpoints.hit("keys.rotate.rewrapped")
+        return True
+
+    def _gone(self, run_id: str) -> bool:
+        """Whether the run no longer exists (no head, no queue entry): erased or deleted."""
+        if self.inner.read_head(run_id) is not None:
+            return False
+        return "claim" not in self.capabilities or self.inner.submission(run_id) is None
 
     # ------------------------------------------------------------------ sealing
 
@@ -299,14 +307,20 @@ class EncryptedStore(Store):
     def remove_run(self, run_id: str) -> None:
         # The data key first: once it is gone, every copy of the run's sealed bytes the store
         # cannot reach (a backup, a replica, a WAL, an old S3 version) is unreadable.
-        self.inner.delete_entries(run_id, [DATA_KEY])
+        self.key_store.delete_entries(run_id, [DATA_KEY])
         with self._lock:
             self._runs.pop(run_id, None)
         crashpoints.hit("erase.data_key_destroyed")
         self.inner.remove_run(run_id)
+        if self.key_store is not self.inner:  # (a rotation that re-wrapped it meanwhile: see ``rewrap``)
+            self.key_store.delete_entries(run_id, [DATA_KEY])
 
     def scrub(self) -> str:
-        return self.inner.scrub()
+        done = self.inner.scrub()
+        if self.key_store is not self.inner:
+            keys = self.key_store.scrub()
+            done = f"{done or 'deleted'}; key store: {keys or 'deleted'}"
+        return done
 
     # ------------------------------------------------------------------ effect ledger
 
@@ -395,6 +409,8 @@ class EncryptedStore(Store):
         with self._lock:
             self._runs.clear()  # the unwrapped data keys leave memory with the store
         self.inner.close()
+        if self.key_store is not self.inner:
+            self.key_store.close()
 
 
 def _refused(record: StoredRecord, reason: str) -> StoredRecord:
