@@ -218,42 +218,47 @@ class EncryptedStore(Store):
     ) -> Iterator[StoredRecord]:
         """The records as written: sealed ones opened (their envelope's checksum checked first),
         plaintext ones as they are; one that fails is handed on refused, with the reason, so the
-        loader reports it as that record's damage."""
-        run: _Run | None = None
-        looked = False
-        for item in records:
-            pieces = item.records() if type(item) is Segment else (item,)
-            for record in pieces:
-                body = record.body
-                if not looked:
-                    run, looked = self._run(run_id), True
-                if not is_sealed_record(body):
-                    if run is not None and record.seq >= run.from_seq:
-                        yield _refused(
-                            record,
-                            f"it is stored in plaintext where run {run_id!r} is encrypted "
-                            f"(from save {run.from_seq} on): a replaced record",
-                        )
-                    else:
-                        yield record
-                    continue
-                if checksum(body) != record.checksum:
-                    yield record  # torn or edited as stored: judged (and named) by the loader
-                    continue
-                try:
-                    if run is None:
-                        raise DecryptFailed(f"run {run_id!r} has no data key any more (erased, or its key entry lost)")
-                    envelope = loads(body)
-                    data = envelope.get("data") if type(envelope) is dict else None
-                    if type(data) is not str:
-                        raise DecryptFailed("its envelope has no data")
-                    plain = run.cipher.open_record(record.seq, data)
-                except (DecryptFailed, ValueError) as exc:
-                    yield _refused(
-                        record, f"it does not decrypt ({exc}): moved from another run or position, or edited"
-                    )
-                    continue
-                yield StoredRecord(record.seq, plain.decode() if text else plain, checksum(plain))
+        loader reports it as that record's damage. The run's key is looked up first, before the
+        store's read starts (a missing or wrong key raises here)."""
+        run = self._run(run_id)
+        return self._opening(run_id, run, iter(records), text)
+
+    def _opening(
+        self, run_id: str, run: _Run | None, records: Iterator[StoredRecord | Segment], text: bool
+    ) -> Iterator[StoredRecord]:
+        try:
+            for item in records:
+                for record in item.records() if type(item) is Segment else (item,):
+                    yield self._open_record(run_id, run, record, text)  # type: ignore[arg-type]
+        finally:
+            close = getattr(records, "close", None)  # a store's generator: end its read now
+            if close is not None:
+                close()
+
+    @staticmethod
+    def _open_record(run_id: str, run: _Run | None, record: StoredRecord, text: bool) -> StoredRecord:
+        body = record.body
+        if not is_sealed_record(body):
+            if run is not None and record.seq >= run.from_seq and _is_crc(record.checksum):
+                return _refused(
+                    record,
+                    f"it is stored in plaintext where run {run_id!r} is encrypted (from save {run.from_seq} on): "
+                    "a replaced record",
+                )
+            return record
+        if checksum(body) != record.checksum:
+            return record  # torn or edited as stored: judged (and named) by the loader
+        try:
+            if run is None:
+                raise DecryptFailed(f"run {run_id!r} has no data key any more (erased, or its key entry lost)")
+            envelope = loads(body)
+            data = envelope.get("data") if type(envelope) is dict else None
+            if type(data) is not str:
+                raise DecryptFailed("its envelope has no data")
+            plain = run.cipher.open_record(record.seq, data)
+        except (DecryptFailed, ValueError) as exc:
+            return _refused(record, f"it does not decrypt ({exc}): moved from another run or position, or edited")
+        return StoredRecord(record.seq, plain.decode() if text else plain, checksum(plain))
 
     # ------------------------------------------------------------------ records
 
@@ -411,6 +416,11 @@ class EncryptedStore(Store):
         self.inner.close()
         if self.key_store is not self.inner:
             self.key_store.close()
+
+
+def _is_crc(check: str) -> bool:
+    """Whether a record's checksum is one (not the store's own finding: a file it could not read)."""
+    return len(check) == 8 and all(c in "0123456789abcdef" for c in check)
 
 
 def _refused(record: StoredRecord, reason: str) -> StoredRecord:

@@ -1,0 +1,243 @@
+"""Encryption at rest (``open_store(url, encryption=keys)``): no byte of what a run holds is kept
+in clear by any store, sealed bytes moved to another run or position do not load, and a store
+without the key (or with a wrong one) says so instead of reporting a checksum failure."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from test_erase import Place, hold_a_marker, place  # noqa: F401  (the fixture: every store and its raw bytes)
+
+from unbroken import Agent, CorruptCheckpoint, ScriptedModel, open_store, tool
+from unbroken.codec import EncodedSave, encode_full
+from unbroken.encryption import LocalKeys, key_from_file, keys_from_environment
+from unbroken.errors import EncryptionKeyMissing, EncryptionUnavailable, InvalidEncryptionKey, WrongEncryptionKey
+from unbroken.state import RunState
+from unbroken.stores.encrypted import EncryptedStore
+
+KEY = os.urandom(32)
+KEYS = LocalKeys(KEY)
+
+
+def turns(*texts: str) -> list[dict[str, object]]:
+    """One tool call per text (its input and result hold the text), then a final answer."""
+    replies: list[dict[str, object]] = []
+    for number, text in enumerate(texts):
+        call = {"type": "tool_use", "id": f"t{number}", "name": "note", "input": {"text": text}}
+        replies.append({"content": [{"type": "text", "text": text}, call], "stop_reason": "tool_use", "usage": {}})
+    replies.append({"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "usage": {}})
+    return replies
+
+
+@tool(effect="side_effect")
+def note(text: str) -> str:
+    """Write a note."""
+    return f"noted {text}"
+
+
+def run(url: str, run_id: str, *texts: str, keys: LocalKeys | None = KEYS) -> None:
+    with open_store(url, encryption=keys) as store:
+        Agent(ScriptedModel(turns(*texts)), tools=[note], store=store).run(f"task {texts[0]}", run_id=run_id)
+
+
+def test_no_byte_of_a_run_is_kept_in_clear_by_any_store(place: Place) -> None:  # noqa: F811
+    if place.url == "memory://":
+        pytest.skip("the memory store keeps nothing outside the process")
+    marker = f"MARKER-{uuid.uuid4().hex}"
+    with open_store(place.url, encryption=KEYS) as store:
+        hold_a_marker(store, marker)  # task, model text, tool input and result, business state, forks
+        assert marker in store.list_runs()[-1].task or any(marker in row.task for row in store.list_runs())
+        assert store.load("victim").business_state == {"secret": marker}
+        assert any(marker in (entry.result.content if entry.result else "") for entry in store.ledger_list("victim"))
+        assert marker.encode() not in place.raw()  # with the store open: SQLite's WAL too
+    assert marker.encode() not in place.raw()
+
+
+def test_the_same_runs_without_encryption_keep_the_marker_in_clear(tmp_path: Path) -> None:
+    """The check above can fail: the same runs, not encrypted, show the marker in the SQLite file."""
+    marker = f"MARKER-{uuid.uuid4().hex}"
+    with open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
+        hold_a_marker(store, marker)
+    assert any(marker.encode() in path.read_bytes() for path in tmp_path.iterdir())
+
+
+def _sqlite(db: Path, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(db)  # a second connection, as another process (or an attacker) would
+    try:
+        with conn:
+            return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def test_a_sealed_record_copied_to_another_position_fails_to_load(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    url = f"sqlite:///{db}"
+    run(url, "r1", "alpha", "beta", "gamma")
+    ((body, check),) = _sqlite(db, "SELECT body, checksum FROM unbroken_records WHERE run_id='r1' AND seq=3")
+    _sqlite(db, "UPDATE unbroken_records SET body=?, checksum=? WHERE run_id='r1' AND seq=4", (body, check))
+    with open_store(url, encryption=KEYS) as store:
+        with pytest.raises(CorruptCheckpoint, match=r"save record 4 .* does not decrypt") as caught:
+            store.load("r1")
+        assert caught.value.last_good_seq == 3
+        assert store.load("r1", recover=True).save_seq == 3  # the intact save points still show
+
+
+def test_a_sealed_record_copied_into_another_run_fails_to_load(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    url = f"sqlite:///{db}"
+    run(url, "r1", "alpha", "beta")
+    run(url, "r2", "alpha", "beta")
+    ((body, check),) = _sqlite(db, "SELECT body, checksum FROM unbroken_records WHERE run_id='r1' AND seq=2")
+    _sqlite(db, "UPDATE unbroken_records SET body=?, checksum=? WHERE run_id='r2' AND seq=2", (body, check))
+    with open_store(url, encryption=KEYS) as store, pytest.raises(CorruptCheckpoint, match="save record 2"):
+        store.load("r2")
+
+
+def test_a_sealed_record_file_copied_to_another_position_or_run_fails_to_load(tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'store'}"
+    run(url, "r1", "alpha", "beta", "gamma")
+    run(url, "r2", "alpha", "beta", "gamma")
+    records = tmp_path / "store" / "runs"
+    (records / "r2" / "records" / f"{2:012d}.json").write_bytes(
+        (records / "r1" / "records" / f"{2:012d}.json").read_bytes()
+    )
+    # Another position: the body of record 3 under record 4's header (the file names its seq).
+    header, _ = (records / "r1" / "records" / f"{4:012d}.json").read_text().splitlines()
+    _, moved = (records / "r1" / "records" / f"{3:012d}.json").read_text().splitlines()
+    (records / "r1" / "records" / f"{4:012d}.json").write_text(f"{header}\n{moved}\n")
+    with open_store(url, encryption=KEYS) as store:
+        with pytest.raises(CorruptCheckpoint, match="save record 4 "):
+            store.load("r1")
+        with pytest.raises(CorruptCheckpoint, match=r"save record 2 .* does not decrypt"):
+            store.load("r2")
+
+
+def test_a_plaintext_record_put_in_an_encrypted_run_is_refused(tmp_path: Path) -> None:
+    """Replacing a sealed record by a plaintext one (a valid record, right checksum) is refused."""
+    db = tmp_path / "runs.db"
+    url = f"sqlite:///{db}"
+    run(url, "plain", "alpha", "beta", keys=None)
+    run(url, "sealed", "alpha", "beta")
+    ((body, check),) = _sqlite(db, "SELECT body, checksum FROM unbroken_records WHERE run_id='plain' AND seq=1")
+    _sqlite(db, "UPDATE unbroken_records SET body=?, checksum=? WHERE run_id='sealed' AND seq=1", (body, check))
+    with open_store(url, encryption=KEYS) as store:
+        with pytest.raises(CorruptCheckpoint, match="plaintext where run 'sealed' is encrypted"):
+            store.load("sealed")
+        assert store.load("plain").phase == "completed"  # a plaintext run still reads
+
+
+def test_a_sealed_ledger_result_moved_to_another_key_fails_to_load(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    url = f"sqlite:///{db}"
+    run(url, "r1", "alpha", "beta")
+    rows = _sqlite(db, "SELECT key, result FROM unbroken_effects WHERE run_id='r1' AND tool='note' ORDER BY key")
+    (first, result), (second, _) = rows
+    _sqlite(db, "UPDATE unbroken_effects SET result=? WHERE run_id='r1' AND key=?", (result, second))
+    with open_store(url, encryption=KEYS) as store:
+        with pytest.raises(CorruptCheckpoint):
+            store.ledger_get("r1", second)
+        assert store.ledger_get("r1", first) is not None
+
+
+def test_without_its_key_an_encrypted_run_says_so_and_names_the_key_id(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    run(url, "r1", "alpha")
+    with open_store(url) as plain, pytest.raises(EncryptionKeyMissing) as caught:
+        plain.load("r1")
+    assert KEYS.current_kid in str(caught.value) and "encrypted at rest" in str(caught.value)
+    assert not isinstance(caught.value, CorruptCheckpoint)  # not reported as damage
+
+
+def test_a_provider_without_that_key_id_names_the_key_id_it_needs(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    run(url, "r1", "alpha")
+    with open_store(url, encryption=LocalKeys(os.urandom(32))) as other, pytest.raises(EncryptionKeyMissing) as caught:
+        other.load("r1")
+    assert KEYS.current_kid in str(caught.value)
+
+
+def test_a_wrong_key_under_the_same_key_id_is_a_corrupt_checkpoint_naming_it(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    run(url, "r1", "alpha", keys=LocalKeys(("prod-2026", KEY)))
+    with open_store(url, encryption=LocalKeys(("prod-2026", os.urandom(32)))) as wrong:
+        with pytest.raises(WrongEncryptionKey, match="prod-2026"):
+            wrong.load("r1")
+        with pytest.raises(CorruptCheckpoint):  # the same family as other damage
+            wrong.load("r1")
+
+
+def test_a_store_with_keys_reads_plaintext_runs_and_seals_what_it_adds_to_them(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    url = f"sqlite:///{db}"
+    run(url, "old", "alpha", keys=None)
+    with open_store(url, encryption=KEYS) as store:
+        state = store.load("old")
+        assert state.phase == "completed" and store.list_runs()[0].task == "task alpha"
+        head = state.save_seq
+        store.rewrite("old", [_with_task_note(state, "omega")], expect_seq=head)  # (as compaction does)
+        assert store.load("old").business_state == {"note": "omega"}
+    bodies = [row[0] for row in _sqlite(db, "SELECT body FROM unbroken_records WHERE run_id='old' ORDER BY seq")]
+    assert len(bodies) == 1 and "omega" not in str(bodies[0]) and str(bodies[0]).startswith('{"enc"')
+
+
+def _with_task_note(state: RunState, text: str) -> EncodedSave:
+    state.business_state = {"note": text}
+    state.save_seq += 1
+    return encode_full(state, "noted")
+
+
+def test_keys_from_a_file_raw_or_base64_and_a_clear_error_for_a_wrong_length(tmp_path: Path) -> None:
+    raw, text, short = tmp_path / "raw.key", tmp_path / "b64.key", tmp_path / "short.key"
+    raw.write_bytes(KEY)
+    text.write_text(__import__("base64").b64encode(KEY).decode() + "\n")
+    short.write_bytes(os.urandom(16))
+    assert key_from_file(raw).current_kid == key_from_file(text).current_kid == KEYS.current_kid
+    with pytest.raises(InvalidEncryptionKey, match="not 32 bytes"):
+        key_from_file(short)
+
+
+def test_keys_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import base64
+
+    old = os.urandom(32)
+    env = {
+        "UNBROKEN_ENCRYPTION_KEY": base64.b64encode(KEY).decode(),
+        "UNBROKEN_ENCRYPTION_OLD_KEYS": f"old:{base64.b64encode(old).decode()}",
+    }
+    keys = keys_from_environment(env)
+    assert keys is not None and keys.kids == [KEYS.current_kid, "old"]
+    assert keys_from_environment({}) is None
+    with pytest.raises(InvalidEncryptionKey):
+        keys_from_environment({"UNBROKEN_ENCRYPTION_KEY": "c2hvcnQ="})
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
+        assert isinstance(store, EncryptedStore)
+
+
+def test_without_cryptography_installed_a_clear_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [name for name in sys.modules if name == "cryptography" or name.startswith("cryptography.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "cryptography", None)  # import cryptography now raises ImportError
+    store = open_store("memory://", encryption=LocalKeys(KEY))
+    with store, pytest.raises(EncryptionUnavailable, match=r"pip install 'unbroken\[encryption\]'"):
+        Agent(ScriptedModel(turns("alpha")), tools=[note], store=store).run("task", run_id="r1")
+
+
+def test_import_unbroken_and_opening_a_store_do_not_import_cryptography() -> None:
+    code = (
+        "import sys, unbroken\n"
+        "from unbroken.stores import open_store\n"
+        "from unbroken.encryption import LocalKeys\n"
+        "open_store('memory://', encryption=LocalKeys(bytes(32))).close()\n"
+        "assert 'cryptography' not in sys.modules, 'imported'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
