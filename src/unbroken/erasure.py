@@ -63,7 +63,7 @@ def erase(store: Store, run_id: str, *, with_forks: bool = False) -> Erasure:
             acquire(store, target, make_owner(), 60.0)
     entries = 0
     for target in present:
-        entries += len(store.ledger_list(target))
+        entries += len(store.list_entries(target))  # (as stored: a damaged or shredded entry counts too)
         store.delete_run(target)  # also drops the lease just taken and the queue entry
     scrubbed = store.scrub()
     left = [] if with_forks else [fork for fork in forks if fork not in present]

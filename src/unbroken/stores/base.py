@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .. import owners
+from ..acceptance import REFUSED
 from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, PackedRecords, Segment, StoredRecord, decode
 from ..errors import (
     ConcurrentSave,
@@ -284,8 +285,10 @@ class Store(Backend):
         if entry.run_id != run_id or (key is not None and entry.key != key):
             return None
         if sealed.checksum is not None and sealed.checksum != entry_checksum(entry):
+            refused = sealed.checksum.startswith(REFUSED)  # (a reader's own finding: ``acceptance.REFUSED``)
+            problem = sealed.checksum[len(REFUSED) :] if refused else "fails its checksum (edited or damaged)"
             raise CorruptCheckpoint(
-                f"effect ledger entry {entry.key!r} of run {run_id!r} fails its checksum (edited or damaged); "
+                f"effect ledger entry {entry.key!r} of run {run_id!r} {problem}; "
                 "nothing was changed. Restore it from a backup; its result is not given to the model",
                 last_good_seq=None,
             )

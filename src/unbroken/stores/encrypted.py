@@ -31,7 +31,7 @@ from ..acceptance import REFUSED, checksum, loads
 from ..codec import EncodedSave, PackedRecords, Segment, StoredRecord
 from ..encryption import KeyProvider
 from ..encryption._cipher import DecryptFailed, RunCipher, is_sealed_record, is_sealed_text, new_data_key
-from ..errors import CorruptCheckpoint, EncryptionKeyMissing, UnbrokenError, WrongEncryptionKey
+from ..errors import EncryptionKeyMissing, UnbrokenError, WrongEncryptionKey
 from ..state import Lease, LedgerEntry, RunSummary
 from ._data_keys import DATA_KEY, KeyRecord, key_entry, read_key_entry, rewrapped
 from .backend import RunHead, SealedEntry, Submission, entry_checksum, seal
@@ -181,7 +181,8 @@ class EncryptedStore(Store):
 
     def _open_entry(self, run_id: str, sealed: SealedEntry | None) -> SealedEntry | None:
         """The entry as written, its result opened; its checksum stays the stored one's verdict
-        (an entry edited as stored still fails it above, with the edit shown)."""
+        (an entry edited as stored still fails it above, with the edit shown). One that does not
+        open comes back as stored with ``REFUSED`` and the reason for its checksum."""
         if sealed is None:
             return None
         entry = sealed.entry
@@ -193,12 +194,8 @@ class EncryptedStore(Store):
             if run is None:
                 raise DecryptFailed(f"run {entry.run_id!r} has no data key any more (erased, or its key entry lost)")
             content = run.cipher.open_text("ledger", entry.key, entry.result.content)
-        except DecryptFailed as exc:
-            raise CorruptCheckpoint(
-                f"effect ledger entry {entry.key!r} of run {run_id!r} does not decrypt ({exc}): moved from another "
-                "entry or run, or edited. Nothing was changed; its result is not given to the model",
-                last_good_seq=None,
-            ) from None
+        except DecryptFailed as exc:  # handed on refused: every rule above reports it, none uses it
+            return SealedEntry(entry, f"{REFUSED}does not decrypt ({exc}): moved from another entry or run, or edited")
         opened = replace(entry, result=replace(entry.result, content=content))
         return SealedEntry(opened, entry_checksum(opened) if intact else sealed.checksum)
 
