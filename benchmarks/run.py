@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_agent
 import bench_crash
+import bench_encryption
 import bench_import
 import bench_peers
 import bench_scale
@@ -73,6 +74,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--no-crash", action="store_true", help="skip table 2")
     add("--no-scale", action="store_true", help="skip table 3")
     add("--no-fleet", action="store_true", help="skip table 4")
+    add("--no-encryption", action="store_true", help="skip the encryption-at-rest lines (issue 23)")
     add("--strict", action="store_true", help="exit 1 if a target fails")
     add("--dir", type=Path, default=None, help="where to put the databases (default: a temp dir)")
     add("--json", type=Path, default=None, help="also write every figure to this JSON file")
@@ -146,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             bench_agent.agent_per_turn(name, url, agent_turns)
             for name, url in (("sqlite full", f"sqlite:///{root}/agent-full.db"), ("memory", "memory://"))
         ]
+        encryption = None
+        if not args.no_encryption:
+            _say("encryption at rest: 1000 turns, plain and encrypted")
+            encryption = bench_encryption.measure(root, 100 if quick else 1000, repeats)
         _say("import unbroken")
         results.imports = bench_import.measure(repeats)
     finally:
@@ -153,8 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     _link_langgraph_crash(results)
     _link_scale_floor(results)
     elapsed = time.perf_counter() - started
-    verdicts = report.targets(results, turns_list)
+    verdicts = report.targets(results, turns_list) + (encryption.verdicts() if encryption is not None else [])
     text = _report_text(results, agent_rows, _header(turns_list, repeats, elapsed))
+    if encryption is not None:
+        text += "\n" + "\n".join(encryption.lines())
     print()
     print(text)
     print()

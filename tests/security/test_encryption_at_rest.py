@@ -241,3 +241,11 @@ def test_import_unbroken_and_opening_a_store_do_not_import_cryptography() -> Non
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_the_cipher_is_pycas_public_aesgcm() -> None:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from unbroken.encryption._cipher import _aesgcm_class
+
+    assert _aesgcm_class() is AESGCM

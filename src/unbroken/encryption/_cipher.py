@@ -3,12 +3,17 @@
 A run's data key seals three things, each with associated data naming what it is and where it
 belongs, so sealed bytes moved anywhere else do not open:
 
-* a save record's body: ``{"enc":"A256GCM","snapshot":true,"data":B64}`` (``snapshot`` only on
+* a save record's body: ``{"enc":"A256GCM","snapshot":true,"data":HEX}`` (``snapshot`` only on
   a snapshot record, kept clear so a store finds the newest snapshot without the key), where
-  B64 is base64 of nonce (12 bytes) + ciphertext + tag, and the associated data is
-  ``unbroken record`` NUL run id NUL seq;
-* a text (a ledger result, the task in a listing): ``SEALED_PREFIX`` + B64, associated data
-  ``unbroken`` kind NUL run id NUL position (the ledger key; 0 for the task).
+  HEX is nonce (12 bytes) + ciphertext + tag in hex, and the associated data is
+  ``unbroken record`` NUL run id NUL seq NUL snapshot flag (0 or 1);
+* a text (a ledger result, the task in a listing): ``SEALED_PREFIX`` + base64 of nonce +
+  ciphertext + tag, associated data ``unbroken`` kind NUL run id NUL position (the ledger key;
+  0 for the task).
+
+Records are hex, not base64: CPython decodes hex ~5x faster (a resume opens every record), at
+twice the ciphertext's size instead of 1.33x. Nothing is compressed before it is sealed (the
+length of a compressed record would tell what it holds).
 
 docs/format.md and docs/security.md describe the formats for people.
 """
@@ -28,6 +33,10 @@ SEALED_PREFIX = "unbroken:sealed:v1:"
 """How a sealed text starts (a ledger result's content, a listed task)."""
 RECORD_TAG = '{"enc":"A256GCM"'
 """How a sealed record body starts (its JSON key ``enc`` marks it)."""
+SNAPSHOT_FLAG = ',"snapshot":true'
+_TAG_LENGTH = len(RECORD_TAG)
+_DATA = b',"data":"'
+_SNAPSHOT_DATA = SNAPSHOT_FLAG.encode() + _DATA
 
 
 class DecryptFailed(ValueError):
@@ -50,18 +59,31 @@ def new_data_key() -> bytes:
     return os.urandom(KEY_BYTES)
 
 
-def aead(key: bytes) -> Any:
-    """An AES-256-GCM cipher under ``key`` (pyca ``AESGCM``: ``encrypt``/``decrypt`` of
-    (nonce, data, associated data)); ``decrypt`` raises ``DecryptFailed`` when the tag fails."""
+def _aesgcm_class() -> Any:
+    """pyca's ``AESGCM``. Taken from its compiled module, which the public
+    ``cryptography.hazmat.primitives.ciphers.aead.AESGCM`` re-exports (the same class, a test
+    checks it), to spare the 30-60 ms its package's ``__init__`` imports besides; the public
+    path when that module moves."""
     try:
-        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.bindings._rust import openssl
+
+        return openssl.aead.AESGCM
+    except (ImportError, AttributeError):
+        pass
+    try:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     except ImportError as exc:
         raise EncryptionUnavailable(
             f"encryption at rest needs pyca cryptography, which is not installed ({exc}): "
             "pip install 'unbroken[encryption]'"
         ) from exc
-    cipher = AESGCM(key)
+    return AESGCM
+
+
+def aead(key: bytes) -> Any:
+    """An AES-256-GCM cipher under ``key`` (pyca ``AESGCM``: ``encrypt``/``decrypt`` of
+    (nonce, data, associated data)); ``decrypt`` raises ``DecryptFailed`` when the tag fails."""
+    cipher = _aesgcm_class()(key)
 
     class _Checked:
         encrypt = cipher.encrypt
@@ -69,8 +91,8 @@ def aead(key: bytes) -> Any:
         @staticmethod
         def decrypt(nonce: bytes, data: bytes, associated: bytes) -> bytes:
             try:
-                return cipher.decrypt(nonce, data, associated)
-            except InvalidTag:
+                return cipher.decrypt(nonce, data, associated)  # type: ignore[no-any-return]
+            except Exception:  # InvalidTag (or a malformed input): it does not open, whatever the cause
                 raise DecryptFailed("authentication failed") from None
 
     return _Checked()
@@ -85,26 +107,36 @@ class RunCipher:
         self._aead = aead(data_key)
         self._run = run_id.encode()
 
-    def _record_aad(self, seq: int) -> bytes:
-        return b"unbroken record\x00" + self._run + b"\x00" + str(seq).encode()
+    def _record_aad(self, seq: int, snapshot: bool) -> bytes:
+        return b"unbroken record\x00%s\x00%d\x00%d" % (self._run, seq, snapshot)
 
     def seal_record(self, seq: int, body: str, snapshot: bool) -> str:
         """The sealed body of save record ``seq``; checked to open back to ``body`` before it is
         returned (a few microseconds: nothing is written that this key could not read)."""
         nonce = os.urandom(NONCE_BYTES)
-        plain = body.encode()
-        sealed = nonce + self._aead.encrypt(nonce, plain, self._record_aad(seq))
-        if self._aead.decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], self._record_aad(seq)) != plain:
+        plain, aad = body.encode(), self._record_aad(seq, snapshot)
+        sealed = nonce + self._aead.encrypt(nonce, plain, aad)
+        if self._aead.decrypt(nonce, sealed[NONCE_BYTES:], aad) != plain:
             raise DecryptFailed(f"save record {seq} does not open back to what was sealed")  # pragma: no cover
-        flag = ',"snapshot":true' if snapshot else ""
-        return f'{RECORD_TAG}{flag},"data":"{b64(sealed)}"}}'
+        flag = SNAPSHOT_FLAG if snapshot else ""
+        return f'{RECORD_TAG}{flag},"data":"{sealed.hex()}"}}'
 
-    def open_record(self, seq: int, data: str) -> bytes:
-        """The body sealed as record ``seq`` of this run (the ``data`` of its envelope)."""
-        sealed = unb64(data)
+    def open_record(self, seq: int, body: str | bytes) -> bytes:
+        """The body sealed as record ``seq`` of this run, from its stored envelope (read by its
+        fixed layout; the snapshot flag is sealed with it, so no clear field can be changed)."""
+        text = body if type(body) is bytes else body.encode()  # type: ignore[union-attr]
+        snapshot = text.startswith(_SNAPSHOT_DATA, _TAG_LENGTH)
+        start = _TAG_LENGTH + (len(_SNAPSHOT_DATA) if snapshot else len(_DATA))
+        if not (snapshot or text.startswith(_DATA, _TAG_LENGTH)) or not text.endswith(b'"}'):
+            raise DecryptFailed("its envelope is not one unbroken wrote")
+        try:
+            sealed = binascii.unhexlify(memoryview(text)[start:-2])
+        except (binascii.Error, ValueError):
+            raise DecryptFailed("its data is not hex") from None
         if len(sealed) < NONCE_BYTES + 16:
             raise DecryptFailed("sealed record is too short")
-        return self._aead.decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], self._record_aad(seq))  # type: ignore[no-any-return]
+        view = memoryview(sealed)
+        return self._aead.decrypt(view[:NONCE_BYTES], view[NONCE_BYTES:], self._record_aad(seq, snapshot))  # type: ignore[no-any-return]
 
     def _text_aad(self, kind: str, position: str) -> bytes:
         return b"unbroken " + kind.encode() + b"\x00" + self._run + b"\x00" + position.encode()

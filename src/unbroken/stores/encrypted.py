@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from .. import crashpoints
-from ..acceptance import REFUSED, checksum, loads
+from ..acceptance import REFUSED, checksum
 from ..codec import EncodedSave, PackedRecords, Segment, StoredRecord
 from ..encryption import KeyProvider
 from ..encryption._cipher import DecryptFailed, RunCipher, is_sealed_record, is_sealed_text, new_data_key
@@ -243,17 +243,13 @@ class EncryptedStore(Store):
                     "a replaced record",
                 )
             return record
-        if checksum(body) != record.checksum:
-            return record  # torn or edited as stored: judged (and named) by the loader
         try:
             if run is None:
                 raise DecryptFailed(f"run {run_id!r} has no data key any more (erased, or its key entry lost)")
-            envelope = loads(body)
-            data = envelope.get("data") if type(envelope) is dict else None
-            if type(data) is not str:
-                raise DecryptFailed("its envelope has no data")
-            plain = run.cipher.open_record(record.seq, data)
-        except (DecryptFailed, ValueError) as exc:
+            plain = run.cipher.open_record(record.seq, body)
+        except DecryptFailed as exc:
+            if checksum(body) != record.checksum:
+                return record  # torn or edited as stored: judged (and named) by the loader
             return _refused(record, f"it does not decrypt ({exc}): moved from another run or position, or edited")
         return StoredRecord(record.seq, plain.decode() if text else plain, checksum(plain))
 
