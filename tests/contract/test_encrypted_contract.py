@@ -63,7 +63,7 @@ def _encrypted(param: object) -> object:
     )
 
 
-ENCRYPTED_BACKENDS = [_encrypted(param) for param in BACKENDS if param.id in ENCRYPTED]  # type: ignore[attr-defined]
+ENCRYPTED_BACKENDS = [_encrypted(param) for param in BACKENDS if param.id in ENCRYPTED]
 
 
 class TestEncryptedStoreContract(StoreContract):

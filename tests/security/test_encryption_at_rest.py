@@ -142,8 +142,8 @@ def test_a_sealed_ledger_result_moved_to_another_key_fails_to_load(tmp_path: Pat
     _sqlite(db, "UPDATE unbroken_effects SET result=? WHERE run_id='r1' AND key=?", (result, second))
     with open_store(url, encryption=KEYS) as store:
         with pytest.raises(CorruptCheckpoint):
-            store.ledger_get("r1", second)
-        assert store.ledger_get("r1", first) is not None
+            store.ledger_get("r1", str(second))
+        assert store.ledger_get("r1", str(first)) is not None
 
 
 def test_without_its_key_an_encrypted_run_says_so_and_names_the_key_id(tmp_path: Path) -> None:

@@ -136,12 +136,13 @@ class LocalKeys:
         if envelope.get("alg") != "A256GCM" or not isinstance(nonce, str) or not isinstance(wrapped, str):
             raise WrongEncryptionKey(f"the data key envelope under key id {kid!r} is not one LocalKeys wrote")
         try:
-            return aead(key).decrypt(unb64(nonce), unb64(wrapped), _WRAP_AAD)
+            data_key: bytes = aead(key).decrypt(unb64(nonce), unb64(wrapped), _WRAP_AAD)
         except (DecryptFailed, ValueError):
             raise WrongEncryptionKey(
                 f"the data key does not unwrap under the key given for key id {kid!r}: a wrong key under that id, or "
                 "an edited envelope. Nothing was changed"
             ) from None
+        return data_key
 
     def __repr__(self) -> str:  # never the key bytes
         return f"LocalKeys(current={self._current!r}, kids={self.kids!r})"

@@ -35,6 +35,7 @@ RECORD_TAG = '{"enc":"A256GCM"'
 """How a sealed record body starts (its JSON key ``enc`` marks it)."""
 SNAPSHOT_FLAG = ',"snapshot":true'
 _TAG_LENGTH = len(RECORD_TAG)
+_RECORD_TAG_BYTES = RECORD_TAG.encode()
 _DATA = b',"data":"'
 _SNAPSHOT_DATA = SNAPSHOT_FLAG.encode() + _DATA
 
@@ -159,4 +160,6 @@ def is_sealed_text(text: object) -> bool:
 
 def is_sealed_record(body: str | bytes) -> bool:
     """Whether a stored body is a sealed record (by its first bytes; parsing decides the rest)."""
-    return body.startswith(RECORD_TAG if isinstance(body, str) else RECORD_TAG.encode())
+    if isinstance(body, str):
+        return body.startswith(RECORD_TAG)
+    return body.startswith(_RECORD_TAG_BYTES)
