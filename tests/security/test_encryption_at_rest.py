@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ from unbroken.codec import EncodedSave, encode_full
 from unbroken.encryption import LocalKeys, key_from_file, keys_from_environment
 from unbroken.errors import EncryptionKeyMissing, EncryptionUnavailable, InvalidEncryptionKey, WrongEncryptionKey
 from unbroken.state import RunState
-from unbroken.stores.encrypted import EncryptedStore
+from unbroken.stores.backend import seal
+from unbroken.stores.encrypted import DATA_KEY, EncryptedStore
 
 KEY = os.urandom(32)
 KEYS = LocalKeys(KEY)
@@ -89,15 +91,29 @@ def test_a_sealed_record_copied_to_another_position_fails_to_load(tmp_path: Path
         assert store.load("r1", recover=True).save_seq == 3  # the intact save points still show
 
 
-def test_a_sealed_record_copied_into_another_run_fails_to_load(tmp_path: Path) -> None:
+def test_a_sealed_run_copied_under_another_run_id_fails_to_load(tmp_path: Path) -> None:
+    """Every row of run r1, its data key entry included, copied under the id r2 (checksums and
+    all): the records do not open there (the run id is sealed with them)."""
     db = tmp_path / "runs.db"
     url = f"sqlite:///{db}"
     run(url, "r1", "alpha", "beta")
     run(url, "r2", "alpha", "beta")
-    ((body, check),) = _sqlite(db, "SELECT body, checksum FROM unbroken_records WHERE run_id='r1' AND seq=2")
-    _sqlite(db, "UPDATE unbroken_records SET body=?, checksum=? WHERE run_id='r2' AND seq=2", (body, check))
-    with open_store(url, encryption=KEYS) as store, pytest.raises(CorruptCheckpoint, match="save record 2"):
-        store.load("r2")
+    _sqlite(db, "DELETE FROM unbroken_records WHERE run_id='r2'")
+    columns = ", ".join(str(row[1]) for row in _sqlite(db, "PRAGMA table_info(unbroken_records)") if row[1] != "run_id")
+    _sqlite(
+        db,
+        f"INSERT INTO unbroken_records (run_id, {columns}) "
+        f"SELECT 'r2', {columns} FROM unbroken_records WHERE run_id='r1'",
+    )
+    with open_store(url, encryption=KEYS) as store:
+        assert isinstance(store, EncryptedStore)
+        key = store.inner.get_entry("r1", DATA_KEY)
+        assert key is not None
+        store.inner.put_entry(seal(replace(key.entry, run_id="r2")), fence=None)  # its checksum made right
+    with open_store(url, encryption=KEYS) as store:
+        with pytest.raises(CorruptCheckpoint, match=r"save record 1 .* does not decrypt"):
+            store.load("r2")
+        assert store.load("r1").phase == "completed"
 
 
 def test_a_sealed_record_file_copied_to_another_position_or_run_fails_to_load(tmp_path: Path) -> None:
@@ -134,16 +150,19 @@ def test_a_plaintext_record_put_in_an_encrypted_run_is_refused(tmp_path: Path) -
 
 
 def test_a_sealed_ledger_result_moved_to_another_key_fails_to_load(tmp_path: Path) -> None:
-    db = tmp_path / "runs.db"
-    url = f"sqlite:///{db}"
+    """One call's sealed result put in another call's entry, its checksum made right (it is no
+    secret): the result does not open there (the ledger key is sealed with it)."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
     run(url, "r1", "alpha", "beta")
-    rows = _sqlite(db, "SELECT key, result FROM unbroken_effects WHERE run_id='r1' AND tool='note' ORDER BY key")
-    (first, result), (second, _) = rows
-    _sqlite(db, "UPDATE unbroken_effects SET result=? WHERE run_id='r1' AND key=?", (result, second))
     with open_store(url, encryption=KEYS) as store:
-        with pytest.raises(CorruptCheckpoint):
-            store.ledger_get("r1", str(second))
-        assert store.ledger_get("r1", str(first)) is not None
+        assert isinstance(store, EncryptedStore)
+        first, second = sorted(entry.key for entry in store.ledger_list("r1"))
+        moved, target = store.inner.get_entry("r1", first), store.inner.get_entry("r1", second)
+        assert moved is not None and target is not None
+        store.inner.put_entry(seal(replace(target.entry, result=moved.entry.result)), fence=None)
+        with pytest.raises(CorruptCheckpoint, match="does not decrypt"):
+            store.ledger_get("r1", second)
+        assert store.ledger_get("r1", first) is not None
 
 
 def test_without_its_key_an_encrypted_run_says_so_and_names_the_key_id(tmp_path: Path) -> None:
