@@ -75,6 +75,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--no-scale", action="store_true", help="skip table 3")
     add("--no-fleet", action="store_true", help="skip table 4")
     add("--no-encryption", action="store_true", help="skip the encryption-at-rest lines (issue 23)")
+    add("--encryption-turns", type=int, default=None, help="run length of the encryption lines (default 1000)")
     add("--strict", action="store_true", help="exit 1 if a target fails")
     add("--dir", type=Path, default=None, help="where to put the databases (default: a temp dir)")
     add("--json", type=Path, default=None, help="also write every figure to this JSON file")
@@ -150,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
         encryption = None
         if not args.no_encryption:
-            _say("encryption at rest: 1000 turns, plain and encrypted")
-            encryption = bench_encryption.measure(root, 100 if quick else 1000, repeats)
+            encryption_turns = args.encryption_turns or (100 if quick else 1000)
+            _say(f"encryption at rest: {encryption_turns} turns, plain and encrypted")
+            encryption = bench_encryption.measure(root, encryption_turns, repeats)
         _say("import unbroken")
         results.imports = bench_import.measure(repeats)
     finally:
