@@ -268,3 +268,15 @@ def test_the_cipher_is_pycas_public_aesgcm() -> None:
     from unbroken.encryption._cipher import _aesgcm_class
 
     assert _aesgcm_class() is AESGCM
+
+
+def test_a_run_erased_and_made_anew_by_another_process_reads_with_its_new_key(tmp_path: Path) -> None:
+    """A data key cached by one store is looked up again before a record is called damaged."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with open_store(url, encryption=KEYS) as reader:
+        run(url, "r1", "alpha")
+        assert reader.load("r1").phase == "completed"  # its data key is cached now
+        with open_store(url, encryption=KEYS) as other:
+            other.delete_run("r1")
+        run(url, "r1", "beta")  # a new run under the same id: a new data key
+        assert reader.load("r1").task == "task beta"

@@ -121,11 +121,6 @@ class EncryptedStore(Store):
             return None
         return self._opened(run_id, stored)
 
-    def key_id_of(self, run_id: str) -> str | None:
-        """The id of the key that wraps the run's data key now (None: the run is not encrypted)."""
-        stored = self.key_store.get_entry(run_id, DATA_KEY)
-        return None if stored is None else read_key_entry(run_id, stored).kid
-
     def rewrap(self, run_id: str) -> bool | None:
         """Re-wrap the run's data key under the provider's current key if another key wraps it:
         one atomic replace of its entry, no record rewritten. True: re-wrapped; False: already
@@ -189,15 +184,21 @@ class EncryptedStore(Store):
         if entry.result is None or not is_sealed_text(entry.result.content):
             return sealed
         intact = sealed.checksum is None or sealed.checksum == entry_checksum(entry)
-        run = self._run(entry.run_id)
         try:
-            if run is None:
-                raise DecryptFailed(f"run {entry.run_id!r} has no data key any more (erased, or its key entry lost)")
-            content = run.cipher.open_text("ledger", entry.key, entry.result.content)
+            try:
+                content = self._open_text(entry.run_id, "ledger", entry.key, entry.result.content, fresh=False)
+            except DecryptFailed:  # a data key cached before the run was made anew elsewhere: look again
+                content = self._open_text(entry.run_id, "ledger", entry.key, entry.result.content, fresh=True)
         except DecryptFailed as exc:  # handed on refused: every rule above reports it, none uses it
             return SealedEntry(entry, f"{REFUSED}does not decrypt ({exc}): moved from another entry or run, or edited")
         opened = replace(entry, result=replace(entry.result, content=content))
         return SealedEntry(opened, entry_checksum(opened) if intact else sealed.checksum)
+
+    def _open_text(self, run_id: str, kind: str, position: str, text: str, *, fresh: bool) -> str:
+        run = self._run(run_id, fresh=fresh)
+        if run is None:
+            raise DecryptFailed(f"run {run_id!r} has no data key any more (erased, or its key entry lost)")
+        return run.cipher.open_text(kind, position, text)
 
     def _open_task(self, run_id: str, task: str) -> str:
         if not is_sealed_text(task):
@@ -223,10 +224,17 @@ class EncryptedStore(Store):
     def _opening(
         self, run_id: str, run: _Run | None, records: Iterator[StoredRecord | Segment], text: bool
     ) -> Iterator[StoredRecord]:
+        refreshed = False
         try:
             for item in records:
                 for record in item.records() if type(item) is Segment else (item,):
-                    yield self._open_record(run_id, run, record, text)  # type: ignore[arg-type]
+                    opened = self._open_record(run_id, run, record, text)  # type: ignore[arg-type]
+                    if opened.checksum.startswith(REFUSED) and not refreshed:
+                        # A data key cached before the run was erased and made anew elsewhere:
+                        # read the stored key once before calling the record damaged.
+                        run, refreshed = self._run(run_id, fresh=True), True
+                        opened = self._open_record(run_id, run, record, text)  # type: ignore[arg-type]
+                    yield opened
         finally:
             close = getattr(records, "close", None)  # a store's generator: end its read now
             if close is not None:
