@@ -280,3 +280,23 @@ def test_a_run_erased_and_made_anew_by_another_process_reads_with_its_new_key(tm
             other.delete_run("r1")
         run(url, "r1", "beta")  # a new run under the same id: a new data key
         assert reader.load("r1").task == "task beta"
+
+
+def test_the_runs_listing_shows_the_task_with_the_key_and_never_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64
+
+    from click.testing import CliRunner
+
+    from unbroken.cli import main
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    run(url, "r1", "zebra-secret")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.delenv("UNBROKEN_ENCRYPTION_KEY", raising=False)
+    without = CliRunner().invoke(main, ["runs", "--store", url])
+    assert without.exit_code == 0 and "r1" in without.output and "zebra-secret" not in without.output
+    monkeypatch.setenv("UNBROKEN_ENCRYPTION_KEY", base64.b64encode(KEY).decode())
+    with_key = CliRunner().invoke(main, ["runs", "--store", url])
+    assert with_key.exit_code == 0 and "task zebra-secret" in with_key.output
