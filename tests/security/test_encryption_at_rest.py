@@ -300,3 +300,33 @@ def test_the_runs_listing_shows_the_task_with_the_key_and_never_without_it(
     monkeypatch.setenv("UNBROKEN_ENCRYPTION_KEY", base64.b64encode(KEY).decode())
     with_key = CliRunner().invoke(main, ["runs", "--store", url])
     assert with_key.exit_code == 0 and "task zebra-secret" in with_key.output
+
+
+def test_two_stores_starting_one_run_at_once_agree_on_its_data_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both look for the run's data key before either has written one; the key entry is
+    insert-if-absent, so the second uses the first's key, and each reads what the other wrote."""
+    from unbroken.state import LedgerEntry, ToolResult
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with open_store(url, encryption=KEYS) as first, open_store(url, encryption=KEYS) as second:
+        assert isinstance(first, EncryptedStore) and isinstance(second, EncryptedStore)
+        real = second.key_store.get_entry
+        looked: list[str] = []
+
+        def before_the_other_wrote(run_id: str, key: str) -> object:
+            if key == DATA_KEY and not looked:
+                looked.append(run_id)
+                first.ledger_put(
+                    LedgerEntry("r1", "k1", "c1", "note", "h", "succeeded", result=ToolResult("c1", "one"))
+                )
+                return None  # what it read just before the other store wrote its key
+            return real(run_id, key)
+
+        monkeypatch.setattr(second.key_store, "get_entry", before_the_other_wrote)
+        second.ledger_put(LedgerEntry("r1", "k2", "c2", "note", "h", "succeeded", result=ToolResult("c2", "two")))
+        assert looked == ["r1"]
+        for store in (first, second):
+            results = {entry.key: entry.result.content for entry in store.ledger_list("r1") if entry.result}
+            assert results == {"k1": "one", "k2": "two"}
