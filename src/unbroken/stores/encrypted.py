@@ -27,28 +27,19 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from .. import crashpoints
-from ..acceptance import REFUSED, checksum
+from ..acceptance import REFUSED
 from ..codec import EncodedSave, PackedRecords, Segment, StoredRecord
 from ..encryption import KeyProvider
-from ..encryption._cipher import DecryptFailed, RunCipher, is_sealed_record, is_sealed_text, new_data_key
+from ..encryption._cipher import DecryptFailed, RunCipher, is_sealed_text, new_data_key
 from ..errors import EncryptionKeyMissing, UnbrokenError, WrongEncryptionKey
-from ..state import Lease, LedgerEntry, RunSummary
+from ..state import Lease, RunSummary
 from ._data_keys import DATA_KEY, KeyRecord, key_entry, read_key_entry, rewrapped
+from ._sealing import OpenedRun, open_record, seal_entry, seal_save, seal_task
 from .backend import RunHead, SealedEntry, Submission, entry_checksum, seal
 from .base import ClaimedRun, Store
 
 CACHED_RUNS = 1024
 """Data keys kept unwrapped in memory (most recently used runs): bounded, however many runs."""
-
-
-class _Run:
-    """A run's data key, opened: its cipher, where sealing started, the sealed task (reused)."""
-
-    __slots__ = ("cipher", "from_seq", "kid", "task")
-
-    def __init__(self, cipher: RunCipher, record: KeyRecord) -> None:
-        self.cipher, self.from_seq, self.kid = cipher, record.from_seq, record.kid
-        self.task: tuple[str, str] | None = None  # (plain, sealed)
 
 
 class EncryptedStore(Store):
@@ -67,7 +58,7 @@ class EncryptedStore(Store):
         self.capabilities = inner.capabilities
         self.durability = inner.durability
         self.sealed_read_from = inner.sealed_read_from
-        self._runs: OrderedDict[str, _Run] = OrderedDict()
+        self._runs: OrderedDict[str, OpenedRun] = OrderedDict()
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ data keys
@@ -80,9 +71,9 @@ class EncryptedStore(Store):
         except EncryptionKeyMissing as exc:
             raise EncryptionKeyMissing(f"run {run_id!r} is encrypted at rest: {exc}") from None
 
-    def _opened(self, run_id: str, sealed: SealedEntry) -> _Run:
+    def _opened(self, run_id: str, sealed: SealedEntry) -> OpenedRun:
         record = read_key_entry(run_id, sealed)
-        run = _Run(RunCipher(run_id, self._unwrap(run_id, record)), record)
+        run = OpenedRun(RunCipher(run_id, self._unwrap(run_id, record)), record)
         with self._lock:
             self._runs[run_id] = run
             self._runs.move_to_end(run_id)
@@ -90,7 +81,7 @@ class EncryptedStore(Store):
                 self._runs.popitem(last=False)
         return run
 
-    def _writing(self, run_id: str) -> _Run:
+    def _writing(self, run_id: str) -> OpenedRun:
         """The run's data key for a write that is not a save (a ledger entry, a submission): made
         if the run has none, sealing from its next save on (its saves so far stay as they are)."""
         with self._lock:
@@ -102,7 +93,7 @@ class EncryptedStore(Store):
         assert run is not None
         return run
 
-    def _run(self, run_id: str, *, create_from: int | None = None, fresh: bool = False) -> _Run | None:
+    def _run(self, run_id: str, *, create_from: int | None = None, fresh: bool = False) -> OpenedRun | None:
         """The run's opened data key; None if it has none. ``create_from``: make one if there is
         none (sealing from that save on), insert-if-absent, so concurrent writers share one.
         ``fresh``: read the stored entry even if one is cached (a run created anew elsewhere)."""
@@ -148,31 +139,6 @@ class EncryptedStore(Store):
         return "claim" not in self.capabilities or self.inner.submission(run_id) is None
 
     # ------------------------------------------------------------------ sealing
-
-    def _seal_save(self, save: EncodedSave, run: _Run) -> EncodedSave:
-        body = run.cipher.seal_record(save.seq, save.body, save.snapshot)
-        return replace(
-            save,
-            body=body,
-            checksum=checksum(body),
-            summary=replace(save.summary, task=self._seal_task(run, save.summary.task)),
-            ledger=tuple(self._seal_entry(entry, run) for entry in save.ledger),
-        )
-
-    @staticmethod
-    def _seal_task(run: _Run, task: str) -> str:
-        if run.task is None or run.task[0] != task:
-            run.task = (task, run.cipher.seal_text("task", "0", task))
-        return run.task[1]
-
-    @staticmethod
-    def _seal_entry(entry: LedgerEntry, run: _Run) -> LedgerEntry:
-        if entry.key == DATA_KEY:
-            raise ValueError(f"ledger key {DATA_KEY!r} is reserved for the run's data key")
-        if entry.result is None:
-            return entry
-        sealed = run.cipher.seal_text("ledger", entry.key, entry.result.content)
-        return replace(entry, result=replace(entry.result, content=sealed))
 
     def _open_entry(self, run_id: str, sealed: SealedEntry | None) -> SealedEntry | None:
         """The entry as written, its result opened; its checksum stays the stored one's verdict
@@ -222,44 +188,23 @@ class EncryptedStore(Store):
         return self._opening(run_id, run, iter(records), text)
 
     def _opening(
-        self, run_id: str, run: _Run | None, records: Iterator[StoredRecord | Segment], text: bool
+        self, run_id: str, run: OpenedRun | None, records: Iterator[StoredRecord | Segment], text: bool
     ) -> Iterator[StoredRecord]:
         refreshed = False
         try:
             for item in records:
                 for record in item.records() if type(item) is Segment else (item,):
-                    opened = self._open_record(run_id, run, record, text)  # type: ignore[arg-type]
+                    opened = open_record(run_id, run, record, text)  # type: ignore[arg-type]
                     if opened.checksum.startswith(REFUSED) and not refreshed:
                         # A data key cached before the run was erased and made anew elsewhere:
                         # read the stored key once before calling the record damaged.
                         run, refreshed = self._run(run_id, fresh=True), True
-                        opened = self._open_record(run_id, run, record, text)  # type: ignore[arg-type]
+                        opened = open_record(run_id, run, record, text)  # type: ignore[arg-type]
                     yield opened
         finally:
             close = getattr(records, "close", None)  # a store's generator: end its read now
             if close is not None:
                 close()
-
-    @staticmethod
-    def _open_record(run_id: str, run: _Run | None, record: StoredRecord, text: bool) -> StoredRecord:
-        body = record.body
-        if not is_sealed_record(body):
-            if run is not None and record.seq >= run.from_seq and _is_crc(record.checksum):
-                return _refused(
-                    record,
-                    f"it is stored in plaintext where run {run_id!r} is encrypted (from save {run.from_seq} on): "
-                    "a replaced record",
-                )
-            return record
-        try:
-            if run is None:
-                raise DecryptFailed(f"run {run_id!r} has no data key any more (erased, or its key entry lost)")
-            plain = run.cipher.open_record(record.seq, body)
-        except DecryptFailed as exc:
-            if checksum(body) != record.checksum:
-                return record  # torn or edited as stored: judged (and named) by the loader
-            return _refused(record, f"it does not decrypt ({exc}): moved from another run or position, or edited")
-        return StoredRecord(record.seq, plain.decode() if text else plain, checksum(plain))
 
     # ------------------------------------------------------------------ records
 
@@ -268,13 +213,13 @@ class EncryptedStore(Store):
     ) -> None:
         run = self._run(save.run_id, create_from=save.seq, fresh=expect_seq == 0)
         assert run is not None
-        sealed = [seal(self._seal_entry(entry.entry, run)) for entry in entries]
-        self.inner.write_record(self._seal_save(save, run), sealed, expect_seq=expect_seq, fence=fence)
+        sealed = [seal(seal_entry(run, entry.entry)) for entry in entries]
+        self.inner.write_record(seal_save(run, save), sealed, expect_seq=expect_seq, fence=fence)
 
     def replace_records(self, run_id: str, saves: Sequence[EncodedSave], *, expect_seq: int, fence: int | None) -> None:
         run = self._run(run_id, create_from=saves[0].seq, fresh=expect_seq == 0)
         assert run is not None
-        sealed = [self._seal_save(save, run) for save in saves]
+        sealed = [seal_save(run, save) for save in saves]
         self.inner.replace_records(run_id, sealed, expect_seq=expect_seq, fence=fence)
 
     def records_after(self, run_id: str, after_seq: int = 0) -> list[StoredRecord]:
@@ -332,12 +277,12 @@ class EncryptedStore(Store):
 
     def insert_entry(self, sealed: SealedEntry, *, fence: int | None) -> SealedEntry | None:
         run = self._writing(sealed.entry.run_id)
-        existing = self.inner.insert_entry(seal(self._seal_entry(sealed.entry, run)), fence=fence)
+        existing = self.inner.insert_entry(seal(seal_entry(run, sealed.entry)), fence=fence)
         return self._open_entry(sealed.entry.run_id, existing)
 
     def put_entry(self, sealed: SealedEntry, *, fence: int | None) -> None:
         run = self._writing(sealed.entry.run_id)
-        self.inner.put_entry(seal(self._seal_entry(sealed.entry, run)), fence=fence)
+        self.inner.put_entry(seal(seal_entry(run, sealed.entry)), fence=fence)
 
     def get_entry(self, run_id: str, key: str) -> SealedEntry | None:
         if key == DATA_KEY:
@@ -360,7 +305,7 @@ class EncryptedStore(Store):
 
     def _seal_submission(self, submission: Submission) -> Submission:
         run = self._writing(submission.run_id)
-        return replace(submission, task=self._seal_task(run, submission.task))
+        return replace(submission, task=seal_task(run, submission.task))
 
     def _open_submission(self, submission: Submission | None) -> Submission | None:
         if submission is None or not is_sealed_text(submission.task):
@@ -417,15 +362,6 @@ class EncryptedStore(Store):
         self.inner.close()
         if self.key_store is not self.inner:
             self.key_store.close()
-
-
-def _is_crc(check: str) -> bool:
-    """Whether a record's checksum is one (not the store's own finding: a file it could not read)."""
-    return len(check) == 8 and all(c in "0123456789abcdef" for c in check)
-
-
-def _refused(record: StoredRecord, reason: str) -> StoredRecord:
-    return StoredRecord(record.seq, record.body, REFUSED + reason)
 
 
 __all__ = ["CACHED_RUNS", "DATA_KEY", "EncryptedStore"]
