@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from .errors import EncryptionKeyMissing, IncompatibleSchema
-from .state import PHASES, JSONValue
+from .state import PHASES, RESULT_HOWS, JSONValue
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """A single save record larger than this is refused before it is parsed."""
@@ -204,7 +204,14 @@ REQUIRED_FIELDS = (
 )
 _COUNT_FIELDS = ("schema_version", "save_seq", "turns", "tokens_used", "message_count")
 _OPTIONAL_COUNTS = ("business_state_version", "summary_upto", "resumes")
-_CONTAINERS = (("business_state", dict), ("pending_calls", list), ("results", dict), ("usage", dict))
+_CONTAINERS = (
+    ("business_state", dict),
+    ("pending_calls", list),
+    ("results", dict),
+    ("resolutions", dict),
+    ("attempts", dict),
+    ("usage", dict),
+)
 
 
 def accept_fields(fields: dict[str, JSONValue]) -> None:
@@ -249,7 +256,11 @@ def _fields_intact(fields: dict[str, Any]) -> bool:
         and type(get("run_id")) is str
         and type(get("task")) is str
         and type(get("business_state", _EMPTY)) is dict
-        and type(get("results", _EMPTY)) is dict
+        and type(results := get("results", _EMPTY)) is dict
+        and (not results or _results_intact(results))
+        and type(resolutions := get("resolutions", _EMPTY)) is dict
+        and type(attempts := get("attempts", _EMPTY)) is dict
+        and ((not resolutions and not attempts) or _per_call_intact(resolutions, attempts))
         and type(get("usage", _EMPTY)) is dict
         and type(get("created_at")) in _NUMBERS
         and type(get("updated_at")) in _NUMBERS
@@ -258,6 +269,33 @@ def _fields_intact(fields: dict[str, Any]) -> bool:
 
 
 _EMPTY: dict[str, Any] = {}
+
+
+_HOWS = frozenset(RESULT_HOWS)
+
+
+def _results_intact(results: dict[str, Any]) -> bool:
+    for result in results.values():
+        if not (
+            type(result) is dict
+            and type(result.get("call_id")) is str
+            and type(result.get("content")) is str
+            and type(result.get("is_error")) is bool
+            and type(how := result.get("how", "executed")) is str
+            and how in _HOWS
+        ):
+            return False
+    return True
+
+
+def _per_call_intact(resolutions: dict[str, Any], attempts: dict[str, Any]) -> bool:
+    for resolution in resolutions.values():
+        if type(resolution) is not str:
+            return False
+    for count in attempts.values():  # noqa: SIM110 - a loop, not a generator: every save runs it
+        if type(count) is not int or not 0 <= count <= MAX_COUNT:
+            return False
+    return True
 
 
 def _calls_intact(calls: list[Any]) -> bool:
@@ -304,6 +342,28 @@ def _explain_fields(fields: dict[str, JSONValue]) -> None:
     calls = fields.get("pending_calls")
     if calls:
         _accept_calls(calls)
+    _accept_per_call(fields)
+
+
+def _accept_per_call(fields: dict[str, JSONValue]) -> None:
+    """``results``, ``resolutions`` and ``attempts`` (each an object by idempotency key): a result
+    a whole ``ToolResult.to_json``, a resolution a string, an attempt count a count."""
+    for key, result in dict(fields.get("results") or {}).items():
+        where = f"field results[{key!r}]"
+        if type(result) is not dict:
+            raise ValueError(f"{where} is {_short(result)}, not an object")
+        for name, kind in (("call_id", str), ("content", str), ("is_error", bool)):
+            if type(result.get(name)) is not kind:
+                raise ValueError(f"{where}.{name} is {_short(result.get(name))}, not a {_json_type(kind())}")
+        how = result.get("how", "executed")
+        if type(how) is not str or how not in _HOWS:
+            raise ValueError(f"{where}.how is {_short(how)}, not one of {', '.join(RESULT_HOWS)}")
+    for key, resolution in dict(fields.get("resolutions") or {}).items():
+        if type(resolution) is not str:
+            raise ValueError(f"field resolutions[{key!r}] is {_short(resolution)}, not a string")
+    for key, count in dict(fields.get("attempts") or {}).items():
+        if type(count) is not int or not 0 <= count <= MAX_COUNT:
+            raise ValueError(f"field attempts[{key!r}] is {_short(count)}, not an integer from 0 to 2**53-1")
 
 
 def _count(fields: dict[str, JSONValue], name: str, value: object) -> None:

@@ -45,7 +45,21 @@ CLAIM_PAGE = 64  # submissions a claim reads at a time
 SUGGEST_FROM = 500  # run ids a "did you mean" compares a missing one with: one bounded page
 _CAS_ATTEMPTS = 50  # a head only moves when someone saves or leases; 50 misses in a row is a fault
 
-__all__ = ["CAPABILITIES", "ClaimedRun", "Store", "data_lost"]
+__all__ = ["CAPABILITIES", "ClaimedRun", "Store", "data_lost", "next_fence"]
+
+
+def next_fence(previous: int, store_time: float) -> int:
+    """The fence a new holder of a run gets: above the run's stored fence, and never below the
+    store's clock in microseconds (``store_time``: a Unix time on the store's clock).
+
+    The floor is what survives a store that lost everything (a Redis restarted empty, a
+    database restored from an old backup): counting from the stored fence alone would hand a
+    new holder the number a live holder from before the loss still writes under. Every fence is
+    at most the store's clock (in us) when it was handed out, plus the number of acquisitions of
+    that run within one microsecond (each is several store round trips: none), so a fence handed
+    out after the loss is higher than any handed out before it, unless the store's clock went
+    back over the loss. An integer JSON carries exactly until the year 2255 (2**53 us)."""
+    return max(previous + 1, int(store_time * 1_000_000))
 
 
 def data_lost(
@@ -64,8 +78,12 @@ def data_lost(
         what = "its head is gone (the run has no lease, no save number, no fence any more)"
     elif head.fence < fence:
         what = f"its fence went back from {fence} to {head.fence}"
-    elif head.fence == fence and head.seq < expect_seq:
-        what = f"its save number went back from {expect_seq} to {head.seq} under this holder's own fence"
+    elif head.seq < expect_seq:
+        what = f"its save number went back from {expect_seq} to {head.seq}" + (
+            " under this holder's own fence"
+            if head.fence == fence
+            else f" and another holder took it (fence {head.fence})"
+        )
     elif head.fence == fence and owner is not None and head.owner is not None and head.owner != owner:
         what = f"its fence {fence} now names another holder ({head.owner}): fences restarted from nothing"
     else:
@@ -379,9 +397,9 @@ class Store(Backend):
             current = head or RunHead()
             if current.owner is not None and current.expires_at > now and current.owner not in (owner, takeover_from):
                 raise LeaseHeld(f"run {run_id!r} is held by {current.owner} for {current.expires_at - now:.1f}s more")
-            new = RunHead(current.seq, current.fence + 1, owner, now + ttl)
+            new = RunHead(current.seq, next_fence(current.fence, self.store_time()), owner, now + ttl)
             if self.swap_head(run_id, head, new):
-                return Lease(run_id, owner, new.fence, new.expires_at)
+                return Lease(run_id, owner, new.fence, new.expires_at, previous_fence=current.fence)
         raise StoreUnavailable(f"the lease of run {run_id!r} kept changing under {_CAS_ATTEMPTS} attempts; retry")
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
@@ -478,9 +496,9 @@ class Store(Backend):
             if self.phase_of(queued.run_id) in blocked:
                 continue
             current = head or RunHead()
-            new = RunHead(current.seq, current.fence + 1, owner, now + ttl)
+            new = RunHead(current.seq, next_fence(current.fence, self.store_time()), owner, now + ttl)
             if self.swap_head(queued.run_id, head, new):
-                lease = Lease(queued.run_id, owner, new.fence, new.expires_at)
+                lease = Lease(queued.run_id, owner, new.fence, new.expires_at, previous_fence=current.fence)
                 claimed.append(ClaimedRun(queued.run_id, queued.task, queued.agent, lease))
         return claimed
 

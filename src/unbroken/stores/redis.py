@@ -472,7 +472,7 @@ class RedisStore(Store):
             args = [owner, repr(float(ttl)), *phases, run_id]
             got = self._call(functools.partial(_run_script, script, keys, args))
             if got:
-                lease = Lease(run_id, owner, int(got[0]), float(got[1]))
+                lease = Lease(run_id, owner, int(got[0]), float(got[1]), previous_fence=int(got[2]))
                 claimed.append(ClaimedRun(run_id, queued.task, queued.agent, lease))
         return claimed
 

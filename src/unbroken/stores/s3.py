@@ -43,7 +43,7 @@ from ._s3_layout import Head, empty_head, pack, parse_url, summary_json, unpack
 from ._s3_ledger import S3Ledger, sealed_json
 from ._s3_objects import Bucket, PreconditionFailed
 from .backend import Refused, RunHead, SealedEntry, Submission, newest_snapshot_between, seal
-from .base import UNCLAIMABLE_PHASES, ClaimedRun, Store
+from .base import UNCLAIMABLE_PHASES, ClaimedRun, Store, next_fence
 
 PACK_EVERY = 64
 """Loose records a run may have before the next save packs them into a segment."""
@@ -441,9 +441,10 @@ class S3Store(S3Ledger, Store):
                 continue
             if head["owner"] is not None and (float(head["expires_at"]) > now or owners.owner_is_alive(head["owner"])):
                 continue  # live, or its holder is alive on this host whatever the expiry says
-            new = {**head, "fence": int(head["fence"]) + 1, "owner": owner, "expires_at": now + ttl}
+            fence = next_fence(int(head["fence"]), self.store_time())
+            new = {**head, "fence": fence, "owner": owner, "expires_at": now + ttl}
             if self._put_head(queued.run_id, new, found[1] if found is not None else None):
-                lease = Lease(queued.run_id, owner, new["fence"], new["expires_at"])
+                lease = Lease(queued.run_id, owner, fence, new["expires_at"], previous_fence=int(head["fence"]))
                 claimed.append(ClaimedRun(queued.run_id, queued.task, queued.agent, lease))
         return claimed
 

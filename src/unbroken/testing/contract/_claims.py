@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ...errors import RunNotFound, RunQueued, TaskMismatch, Unsupported
+from ...errors import LeaseLost, RunNotFound, RunQueued, StoreDataLost, TaskMismatch, Unsupported
 from ...state import RunSummary
 from ...stores.base import ClaimedRun, Store
 from ._base import ContractBase
@@ -118,6 +118,25 @@ class ClaimContract(ContractBase):
         assert second.run_id == "run-expired-claim"
         assert second.lease.owner == "worker-b"
         assert second.lease.fence > first.lease.fence
+
+    def test_a_claim_after_the_store_lost_everything_gets_a_fence_above_the_old_holders(self, store: Store) -> None:
+        """A claim's fence has the floor of every new fence (``stores.base.next_fence``): the
+        store's clock in microseconds, so a holder from before a total loss is refused."""
+        if not _claims(store):
+            return
+        store.submit("t", "run-claim-lost")
+        (first,) = store.claim_runnable("worker-a", LONG_TTL)
+        RunWriter(store, "run-claim-lost", task="t").turn(1, fence=first.lease.fence)
+        store.delete_run("run-claim-lost")  # the server came back empty...
+        store.submit("t", "run-claim-lost")  # ...and the run was queued again
+
+        (second,) = store.claim_runnable("worker-b", LONG_TTL)
+
+        assert second.lease.fence > first.lease.fence
+        assert second.lease.previous_fence == 0
+        with pytest.raises((LeaseLost, StoreDataLost)):
+            RunWriter(store, "run-claim-lost", task="t").turn(1, fence=first.lease.fence)
+        assert store.records_after("run-claim-lost", 0) == []
 
     @pytest.mark.parametrize("phase", ["completed", "failed", "max_turns", "paused", "awaiting_approval"])
     def test_a_finished_or_paused_run_is_never_claimed(self, store: Store, phase: str) -> None:
