@@ -330,3 +330,20 @@ def test_two_stores_starting_one_run_at_once_agree_on_its_data_key(
         for store in (first, second):
             results = {entry.key: entry.result.content for entry in store.ledger_list("r1") if entry.result}
             assert results == {"k1": "one", "k2": "two"}
+
+
+def test_a_worker_without_the_key_never_starts_a_queued_encrypted_run(tmp_path: Path) -> None:
+    """The queued task is sealed; a store without keys claims it and must not start the run from
+    the sealed text: the start is refused (nothing written), saying the run is encrypted."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with open_store(url, encryption=KEYS) as store:
+        store.submit("task zebra-secret", "q1")
+    with open_store(url) as plain:
+        (claimed,) = plain.claim_runnable("worker-a", 60.0)
+        assert "zebra-secret" not in claimed.task
+        plain.release_lease(claimed.lease)
+        with pytest.raises(EncryptionKeyMissing, match="encrypted at rest"):
+            Agent(ScriptedModel(turns("alpha")), tools=[note], store=plain).run(claimed.task, run_id="q1")
+        assert not plain.exists("q1")
+    with open_store(url, encryption=KEYS) as store:
+        assert store.submission("q1") is not None and store.submission("q1").task == "task zebra-secret"  # type: ignore[union-attr]
