@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_agent
 import bench_crash
+import bench_encryption
 import bench_import
 import bench_peers
 import bench_queue
@@ -75,6 +76,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--no-scale", action="store_true", help="skip table 3")
     add("--no-fleet", action="store_true", help="skip table 4")
     add("--no-queue", action="store_true", help="skip the first page of runs with a long queue (Redis, S3)")
+    add("--no-encryption", action="store_true", help="skip the encryption-at-rest lines (issue 23)")
+    add("--encryption-turns", type=int, default=None, help="run length of the encryption lines (default 1000)")
     add("--strict", action="store_true", help="exit 1 if a target fails")
     add("--dir", type=Path, default=None, help="where to put the databases (default: a temp dir)")
     add("--json", type=Path, default=None, help="also write every figure to this JSON file")
@@ -149,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
             bench_agent.agent_per_turn(name, url, agent_turns)
             for name, url in (("sqlite full", f"sqlite:///{root}/agent-full.db"), ("memory", "memory://"))
         ]
+        encryption = None
+        if not args.no_encryption:
+            encryption_turns = args.encryption_turns or (100 if quick else 1000)
+            _say(f"encryption at rest: {encryption_turns} turns, plain and encrypted")
+            encryption = bench_encryption.measure(root, encryption_turns, repeats)
         _say("import unbroken")
         results.imports = bench_import.measure(repeats)
         if not args.no_queue:
@@ -159,8 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     _link_langgraph_crash(results)
     _link_scale_floor(results)
     elapsed = time.perf_counter() - started
-    verdicts = report.targets(results, turns_list) + bench_queue.verdicts(queue_rows)
+    verdicts = (
+        report.targets(results, turns_list)
+        + bench_queue.verdicts(queue_rows)
+        + (encryption.verdicts() if encryption is not None else [])
+    )
     text = _report_text(results, agent_rows, _header(turns_list, repeats, elapsed))
+    if encryption is not None:
+        text += "\n" + "\n".join(encryption.lines())
     if queue_rows:
         text += "\n" + "\n".join(bench_queue.lines(queue_rows))
         text += (

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from .errors import IncompatibleSchema
+from .errors import EncryptionKeyMissing, IncompatibleSchema
 from .state import PHASES, RESULT_HOWS, JSONValue
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024
@@ -46,6 +46,12 @@ RECORD_SHAPE: tuple[tuple[str, type, bool], ...] = (
 )
 """The keys of a save record, their JSON types and whether each is required (docs/format.md).
 ``_intact`` is this table as one expression; a test checks that the two agree."""
+
+
+REFUSED = "refused: "
+"""A reader that found a record unacceptable before the loader saw it (a sealed record that does
+not decrypt, a segment index that does not read) hands it on with ``REFUSED`` + the reason in
+place of its checksum: ``accept`` then refuses it with that reason, as that record's damage."""
 
 
 def checksum(body: str | bytes) -> str:
@@ -97,6 +103,8 @@ def _intact(value: Any, seq: int, current: int) -> bool:
 
 def _problem(seq: int, body: str | bytes, check: str, current: int) -> str:
     """What is wrong with a record ``accept`` refused (raises ``IncompatibleSchema`` for a newer one)."""
+    if check.startswith(REFUSED):
+        return check[len(REFUSED) :]
     if len(body) > MAX_RECORD_BYTES:
         return f"record is {len(body)} bytes, over the {MAX_RECORD_BYTES} cap"
     try:
@@ -117,6 +125,12 @@ def _problem(seq: int, body: str | bytes, check: str, current: int) -> str:
 def _shape_problem(value: object, seq: int, current: int) -> str:
     if not isinstance(value, dict):
         return "record is not a JSON object"
+    if "enc" in value and "v" not in value:  # a sealed record (unbroken.stores.encrypted), read without keys
+        raise EncryptionKeyMissing(
+            f"save record {seq} is encrypted at rest ({value['enc']!r}) and this store was opened without a key "
+            "provider: open it with its keys (open_store(url, encryption=...), or set UNBROKEN_ENCRYPTION_KEY or "
+            "UNBROKEN_ENCRYPTION_KEY_FILE)"
+        )
     version = value.get("v")
     if type(version) is not int:
         return "record has no schema version"

@@ -30,7 +30,7 @@ from .acceptance import MAX_RECORD_BYTES as MAX_RECORD_BYTES  # (re-exported: st
 from .acceptance import accept, accept_fields, accept_parsed
 from .acceptance import checksum as checksum
 from .acceptance import loads as loads
-from .errors import CorruptCheckpoint, IncompatibleSchema, NotJSONValue, UnloadableState
+from .errors import CorruptCheckpoint, EncryptionKeyMissing, IncompatibleSchema, NotJSONValue, UnloadableState
 from .state import (
     SCHEMA_VERSION,
     JSONValue,
@@ -290,6 +290,8 @@ def pack_records(records: Sequence[StoredRecord], current: int = SCHEMA_VERSION)
                 break
         try:
             value = accept(record.seq, body, record.checksum, current)
+        except EncryptionKeyMissing:  # a sealed record (stores.encrypted) intact as stored: packed as it is
+            value = loads(body)
         except (ValueError, IncompatibleSchema):
             break
         kept.append((record.seq, record.checksum, body, is_snapshot(value)))

@@ -10,7 +10,8 @@ first save, ``start``, is written before any tool runs and carries no entry), so
 
 from __future__ import annotations
 
-from .errors import CorruptCheckpoint, RunNotFound, RunQueued, StoreDataLost
+from .errors import CorruptCheckpoint, EncryptionKeyMissing, RunNotFound, RunQueued, StoreDataLost
+from .stores._data_keys import DATA_KEY
 from .stores.base import Store
 
 __all__ = ["check_never_saved", "missing_run"]
@@ -20,6 +21,12 @@ def check_never_saved(store: Store, run_id: str) -> None:
     """Before starting ``run_id`` from nothing: raise ``StoreDataLost`` when its effect ledger
     holds entries (the store lost its save records, not its ledger). One ledger read."""
     entries = store.ledger_list(run_id)
+    if any(entry.key == DATA_KEY for entry in entries):  # only a store without keys lists it
+        raise EncryptionKeyMissing(
+            f"run {run_id!r} is encrypted at rest (it has a data key, no save record yet) and this store was "
+            "opened without its keys: nothing was written. Open the store with them (open_store(url, "
+            "encryption=...), or set UNBROKEN_ENCRYPTION_KEY or UNBROKEN_ENCRYPTION_KEY_FILE)"
+        )
     if entries:
         raise StoreDataLost(
             f"run {run_id!r} has no save records, but its effect ledger holds {len(entries)} "

@@ -32,6 +32,7 @@ from .erasure import Erasure, erase
 from .errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, RunNotFound, StoreUnavailable
 from .fork import Fork, fork, rewind
 from .importing import import_run
+from .key_rotation import KeyRotation, RotationCursor, rotate_all, rotate_keys
 from .leases import acquire, make_owner, owner_is_dead
 from .resolve import resolve_call
 from .retention import DAY, Retention, RetentionReport, apply_retention
@@ -555,6 +556,8 @@ def deny(
 __all__ = [
     "ApprovalRequest",
     "Fork",
+    "KeyRotation",
+    "RotationCursor",
     "LedgerView",
     "MigrationPlan",
     "Recovery",
@@ -573,6 +576,8 @@ __all__ = [
     "iter_runs",
     "ledger_before",
     "ledger_of",
+    "rotate_all",
+    "rotate_keys",
     "list_all_runs",
     "migrate_run",
     "open_existing_store",

@@ -32,6 +32,8 @@ def test_benchmark_prints_the_table_and_a_verdict_for_every_target(tmp_path: Pat
             "3",
             "--no-fleet",
             "--no-queue",
+            "--encryption-turns",
+            "3",
             "--dir",
             str(tmp_path),
         ],
@@ -52,6 +54,7 @@ def test_benchmark_prints_the_table_and_a_verdict_for_every_target(tmp_path: Pat
         assert row in out
     verdicts = [line for line in out.splitlines() if line.startswith(("PASS ", "FAIL "))]
     kinds = ["crash", "crash", "load", "save", "bytes", "resume", "resume", "resume", "compacted", "import"]
+    kinds += ["encryption", "encryption"]
     assert [line.split()[1] for line in verdicts] == kinds
     assert list(tmp_path.iterdir()) == []  # every database it made was removed
 

@@ -20,10 +20,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .. import owners
+from ..acceptance import REFUSED
 from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, PackedRecords, Segment, StoredRecord, decode
 from ..errors import (
     ConcurrentSave,
     CorruptCheckpoint,
+    EncryptionKeyMissing,
     LeaseHeld,
     LeaseLost,
     RunNotFound,
@@ -259,6 +261,10 @@ class Store(Backend):
             if exc.last_good_seq == 0 and not self.records_after(run_id, 0):
                 raise self._not_found(run_id) from None
             raise
+        except EncryptionKeyMissing as exc:  # a sealed record read without keys: name the key it needs
+            from ._data_keys import needs_key
+
+            raise needs_key(self, run_id, exc) from None
         if head is not None and decoded.problem is None and decoded.last_seq < head.seq:
             problem = (
                 f"save records {decoded.last_seq + 1}..{head.seq} of run {run_id!r} are missing "
@@ -297,8 +303,10 @@ class Store(Backend):
         if entry.run_id != run_id or (key is not None and entry.key != key):
             return None
         if sealed.checksum is not None and sealed.checksum != entry_checksum(entry):
+            refused = sealed.checksum.startswith(REFUSED)  # (a reader's own finding: ``acceptance.REFUSED``)
+            problem = sealed.checksum[len(REFUSED) :] if refused else "fails its checksum (edited or damaged)"
             raise CorruptCheckpoint(
-                f"effect ledger entry {entry.key!r} of run {run_id!r} fails its checksum (edited or damaged); "
+                f"effect ledger entry {entry.key!r} of run {run_id!r} {problem}; "
                 "nothing was changed. Restore it from a backup; its result is not given to the model",
                 last_good_seq=None,
             )
