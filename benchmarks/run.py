@@ -35,8 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_agent
 import bench_crash
+import bench_encryption
 import bench_import
 import bench_peers
+import bench_queue
 import bench_scale
 import bench_store
 import report
@@ -73,6 +75,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--no-crash", action="store_true", help="skip table 2")
     add("--no-scale", action="store_true", help="skip table 3")
     add("--no-fleet", action="store_true", help="skip table 4")
+    add("--no-queue", action="store_true", help="skip the first page of runs with a long queue (Redis, S3)")
+    add("--no-encryption", action="store_true", help="skip the encryption-at-rest lines (issue 23)")
+    add("--encryption-turns", type=int, default=None, help="run length of the encryption lines (default 1000)")
     add("--strict", action="store_true", help="exit 1 if a target fails")
     add("--dir", type=Path, default=None, help="where to put the databases (default: a temp dir)")
     add("--json", type=Path, default=None, help="also write every figure to this JSON file")
@@ -113,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="unbroken-bench-", dir=args.dir))
     started = time.perf_counter()
     results = Results()
+    queue_rows: list[bench_queue.QueueRow] = []
     _compile_package(results.notes)
     try:
         kinds = _available_kinds(root, wanted, results.notes)
@@ -146,15 +152,35 @@ def main(argv: list[str] | None = None) -> int:
             bench_agent.agent_per_turn(name, url, agent_turns)
             for name, url in (("sqlite full", f"sqlite:///{root}/agent-full.db"), ("memory", "memory://"))
         ]
+        encryption = None
+        if not args.no_encryption:
+            encryption_turns = args.encryption_turns or (100 if quick else 1000)
+            _say(f"encryption at rest: {encryption_turns} turns, plain and encrypted")
+            encryption = bench_encryption.measure(root, encryption_turns, repeats)
         _say("import unbroken")
         results.imports = bench_import.measure(repeats)
+        if not args.no_queue:
+            _say("first page of runs with a long queue (Redis 100,000, S3 5,000)")
+            queue_rows = bench_queue.measure(1_000 if quick else 100_000, 500 if quick else 5_000, repeats)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     _link_langgraph_crash(results)
     _link_scale_floor(results)
     elapsed = time.perf_counter() - started
-    verdicts = report.targets(results, turns_list)
+    verdicts = (
+        report.targets(results, turns_list)
+        + bench_queue.verdicts(queue_rows)
+        + (encryption.verdicts() if encryption is not None else [])
+    )
     text = _report_text(results, agent_rows, _header(turns_list, repeats, elapsed))
+    if encryption is not None:
+        text += "\n" + "\n".join(encryption.lines())
+    if queue_rows:
+        text += "\n" + "\n".join(bench_queue.lines(queue_rows))
+        text += (
+            "\nNote: the queue's S3 row runs on moto, a mock in this process (~4 ms a request here): "
+            "its request count is what a real service is sent, its time is moto's."
+        )
     print()
     print(text)
     print()

@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from .errors import IncompatibleSchema
-from .state import PHASES, JSONValue
+from .errors import EncryptionKeyMissing, IncompatibleSchema
+from .state import PHASES, RESULT_HOWS, JSONValue
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """A single save record larger than this is refused before it is parsed."""
@@ -46,6 +46,12 @@ RECORD_SHAPE: tuple[tuple[str, type, bool], ...] = (
 )
 """The keys of a save record, their JSON types and whether each is required (docs/format.md).
 ``_intact`` is this table as one expression; a test checks that the two agree."""
+
+
+REFUSED = "refused: "
+"""A reader that found a record unacceptable before the loader saw it (a sealed record that does
+not decrypt, a segment index that does not read) hands it on with ``REFUSED`` + the reason in
+place of its checksum: ``accept`` then refuses it with that reason, as that record's damage."""
 
 
 def checksum(body: str | bytes) -> str:
@@ -97,6 +103,8 @@ def _intact(value: Any, seq: int, current: int) -> bool:
 
 def _problem(seq: int, body: str | bytes, check: str, current: int) -> str:
     """What is wrong with a record ``accept`` refused (raises ``IncompatibleSchema`` for a newer one)."""
+    if check.startswith(REFUSED):
+        return check[len(REFUSED) :]
     if len(body) > MAX_RECORD_BYTES:
         return f"record is {len(body)} bytes, over the {MAX_RECORD_BYTES} cap"
     try:
@@ -117,6 +125,12 @@ def _problem(seq: int, body: str | bytes, check: str, current: int) -> str:
 def _shape_problem(value: object, seq: int, current: int) -> str:
     if not isinstance(value, dict):
         return "record is not a JSON object"
+    if "enc" in value and "v" not in value:  # a sealed record (unbroken.stores.encrypted), read without keys
+        raise EncryptionKeyMissing(
+            f"save record {seq} is encrypted at rest ({value['enc']!r}) and this store was opened without a key "
+            "provider: open it with its keys (open_store(url, encryption=...), or set UNBROKEN_ENCRYPTION_KEY or "
+            "UNBROKEN_ENCRYPTION_KEY_FILE)"
+        )
     version = value.get("v")
     if type(version) is not int:
         return "record has no schema version"
@@ -190,7 +204,14 @@ REQUIRED_FIELDS = (
 )
 _COUNT_FIELDS = ("schema_version", "save_seq", "turns", "tokens_used", "message_count")
 _OPTIONAL_COUNTS = ("business_state_version", "summary_upto", "resumes")
-_CONTAINERS = (("business_state", dict), ("pending_calls", list), ("results", dict), ("usage", dict))
+_CONTAINERS = (
+    ("business_state", dict),
+    ("pending_calls", list),
+    ("results", dict),
+    ("resolutions", dict),
+    ("attempts", dict),
+    ("usage", dict),
+)
 
 
 def accept_fields(fields: dict[str, JSONValue]) -> None:
@@ -235,7 +256,11 @@ def _fields_intact(fields: dict[str, Any]) -> bool:
         and type(get("run_id")) is str
         and type(get("task")) is str
         and type(get("business_state", _EMPTY)) is dict
-        and type(get("results", _EMPTY)) is dict
+        and type(results := get("results", _EMPTY)) is dict
+        and (not results or _results_intact(results))
+        and type(resolutions := get("resolutions", _EMPTY)) is dict
+        and type(attempts := get("attempts", _EMPTY)) is dict
+        and ((not resolutions and not attempts) or _per_call_intact(resolutions, attempts))
         and type(get("usage", _EMPTY)) is dict
         and type(get("created_at")) in _NUMBERS
         and type(get("updated_at")) in _NUMBERS
@@ -244,6 +269,33 @@ def _fields_intact(fields: dict[str, Any]) -> bool:
 
 
 _EMPTY: dict[str, Any] = {}
+
+
+_HOWS = frozenset(RESULT_HOWS)
+
+
+def _results_intact(results: dict[str, Any]) -> bool:
+    for result in results.values():
+        if not (
+            type(result) is dict
+            and type(result.get("call_id")) is str
+            and type(result.get("content")) is str
+            and type(result.get("is_error")) is bool
+            and type(how := result.get("how", "executed")) is str
+            and how in _HOWS
+        ):
+            return False
+    return True
+
+
+def _per_call_intact(resolutions: dict[str, Any], attempts: dict[str, Any]) -> bool:
+    for resolution in resolutions.values():
+        if type(resolution) is not str:
+            return False
+    for count in attempts.values():  # noqa: SIM110 - a loop, not a generator: every save runs it
+        if type(count) is not int or not 0 <= count <= MAX_COUNT:
+            return False
+    return True
 
 
 def _calls_intact(calls: list[Any]) -> bool:
@@ -290,6 +342,28 @@ def _explain_fields(fields: dict[str, JSONValue]) -> None:
     calls = fields.get("pending_calls")
     if calls:
         _accept_calls(calls)
+    _accept_per_call(fields)
+
+
+def _accept_per_call(fields: dict[str, JSONValue]) -> None:
+    """``results``, ``resolutions`` and ``attempts`` (each an object by idempotency key): a result
+    a whole ``ToolResult.to_json``, a resolution a string, an attempt count a count."""
+    for key, result in dict(fields.get("results") or {}).items():
+        where = f"field results[{key!r}]"
+        if type(result) is not dict:
+            raise ValueError(f"{where} is {_short(result)}, not an object")
+        for name, kind in (("call_id", str), ("content", str), ("is_error", bool)):
+            if type(result.get(name)) is not kind:
+                raise ValueError(f"{where}.{name} is {_short(result.get(name))}, not a {_json_type(kind())}")
+        how = result.get("how", "executed")
+        if type(how) is not str or how not in _HOWS:
+            raise ValueError(f"{where}.how is {_short(how)}, not one of {', '.join(RESULT_HOWS)}")
+    for key, resolution in dict(fields.get("resolutions") or {}).items():
+        if type(resolution) is not str:
+            raise ValueError(f"field resolutions[{key!r}] is {_short(resolution)}, not a string")
+    for key, count in dict(fields.get("attempts") or {}).items():
+        if type(count) is not int or not 0 <= count <= MAX_COUNT:
+            raise ValueError(f"field attempts[{key!r}] is {_short(count)}, not an integer from 0 to 2**53-1")
 
 
 def _count(fields: dict[str, JSONValue], name: str, value: object) -> None:

@@ -30,7 +30,7 @@ from .acceptance import MAX_RECORD_BYTES as MAX_RECORD_BYTES  # (re-exported: st
 from .acceptance import accept, accept_fields, accept_parsed
 from .acceptance import checksum as checksum
 from .acceptance import loads as loads
-from .errors import CorruptCheckpoint, IncompatibleSchema, NotJSONValue, UnloadableState
+from .errors import CorruptCheckpoint, EncryptionKeyMissing, IncompatibleSchema, NotJSONValue, UnloadableState
 from .state import (
     SCHEMA_VERSION,
     JSONValue,
@@ -290,6 +290,8 @@ def pack_records(records: Sequence[StoredRecord], current: int = SCHEMA_VERSION)
                 break
         try:
             value = accept(record.seq, body, record.checksum, current)
+        except EncryptionKeyMissing:  # a sealed record (stores.encrypted) intact as stored: packed as it is
+            value = loads(body)
         except (ValueError, IncompatibleSchema):
             break
         kept.append((record.seq, record.checksum, body, is_snapshot(value)))
@@ -953,14 +955,14 @@ def _decode(
         try:
             return _fold(run_id, parsed, outcome, migrations, parsed)
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise _not_folding(run_id, exc) from exc
+            raise _not_folding(run_id, exc, outcome) from exc
     # Each record folded as it is parsed and then let go (a resume needs no list of them): the
     # checks are the same; damage found after a record that does not fold is reported as that.
     stream = fast if fast is not None else _parse_each(run_id, records, migrations.current, outcome, segments=sealed)
     try:
         return _fold(run_id, stream, outcome, migrations, None, recover)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise _not_folding(run_id, exc) from exc
+        raise _not_folding(run_id, exc, outcome) from exc
     finally:
         close = getattr(stream, "close", None)
         if close is not None:
@@ -990,9 +992,10 @@ class _Parsing:
             raise CorruptCheckpoint(self.problem or f"run {run_id!r} has no save records", last_good_seq=0)
 
 
-def _not_folding(run_id: str, exc: Exception) -> CorruptCheckpoint:
+def _not_folding(run_id: str, exc: Exception, outcome: _Parsing) -> CorruptCheckpoint:
+    at = f" at save {outcome.last_seq}" if outcome.last_seq else ""
     return CorruptCheckpoint(
-        f"run {run_id!r} does not fold into a valid state ({type(exc).__name__}: {exc}); nothing was changed",
+        f"run {run_id!r} does not fold into a valid state{at} ({type(exc).__name__}: {exc}); nothing was changed",
         last_good_seq=None,
     )
 

@@ -9,7 +9,9 @@ message)`` continues it:
   settles the calls in flight (a provider refuses a history with a call and no result): the
   message is queued durably (label ``message_queued``) and delivered, in a ``user_message``
   save, right before the next model call;
-* a run that does not exist yet is started with the message as its task.
+* a run that does not exist is ``RunNotFound`` (it may be one the store lost, whose side effects
+  a fresh start would repeat), unless the caller asks to create it (``create=True``): then it is
+  started with the message as its task.
 
 ``max_turns`` counts per request by default (each ``send`` may take that many turns), or per
 run (``turns_per="run"``: the run's total). The limit is saved with the message, so a resume
@@ -25,6 +27,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Literal
 
 from .errors import ConfigError
+from .missing import missing_run
 from .state import JSONValue
 
 if TYPE_CHECKING:
@@ -57,14 +60,24 @@ def opened(
     turns_per: str,
     message_id: str | None,
     *,
+    create: bool,
     store: Store | None,
     owner: str | None,
     stop: threading.Event | None,
 ) -> Iterator[RunSession]:
-    """Hold ``run_id`` with ``message`` accepted (a new run: started with it as its task)."""
+    """Hold ``run_id`` with ``message`` accepted (a new run, with ``create``: started with it as
+    its task; without, ``RunNotFound`` and nothing written)."""
     check(message, max_turns, turns_per)
     target = store if store is not None else agent.store
     task = None if target.exists(run_id) else message
+    if task is not None and not create:
+        raise missing_run(
+            target,
+            run_id,
+            f"no conversation {run_id!r} in {target.url}: it was never started there, was deleted, or the "
+            "store lost it (a server restarted without its data, keys evicted). send() does not start one "
+            "unless asked: send(run_id, message, create=True) starts it with this message as its task",
+        )
     with agent._hold(task, run_id, None, store, owner, stop) as session:
         if task is None:
             accept(session, message, max_turns=max_turns, turns_per=turns_per, message_id=message_id)

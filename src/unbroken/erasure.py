@@ -8,6 +8,10 @@ store is asked to make the deleted bytes unrecoverable where it can (``Store.scr
 zeroes deleted content and truncates its WAL). A forked run that is not erased keeps its own
 copy of the history up to the fork: the report lists those left, so nothing is assumed gone.
 
+With encryption at rest (``stores.encrypted``) removing a run destroys its data key first
+(crypto-shredding): every copy of its sealed bytes the store cannot reach (a backup, a replica,
+an old S3 object version) can no longer be read, whatever happens to the rest of the erase.
+
 Cost: finding forks reads every run's first save (a page at a time); the rest is one delete
 per run. Refused (``LeaseHeld``) while a live process runs one of them.
 """
@@ -19,7 +23,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .errors import RunNotFound
+from . import lost
+from .errors import RunNotFound, UnbrokenError
 from .leases import acquire, make_owner
 from .state import check_run_id
 from .stores import Store
@@ -55,11 +60,13 @@ def erase(store: Store, run_id: str, *, with_forks: bool = False) -> Erasure:
     if not present:
         raise RunNotFound(f"no run {run_id!r} in {store.url}: nothing to erase")
     for target in present:  # first hold them all: a live process running one refuses the whole erase
-        if store.exists(target):
+        if lost.is_parked(store.head_of(target)):  # parked as lost: this operator act displaces the park
+            store.acquire_lease(target, make_owner(), 60.0, takeover_from=lost.LOST_OWNER)
+        elif store.exists(target):
             acquire(store, target, make_owner(), 60.0)
     entries = 0
     for target in present:
-        entries += len(store.ledger_list(target))
+        entries += store.ledger_stored(target)  # (as stored: a damaged or shredded entry counts too)
         store.delete_run(target)  # also drops the lease just taken and the queue entry
     scrubbed = store.scrub_deleted()
     left = [] if with_forks else [fork for fork in forks if fork not in present]
@@ -96,7 +103,10 @@ _FORKED = re.compile(r"forked from (\S+) at save \d+")
 
 def _parent(store: Store, run_id: str) -> str | None:
     """The run this one was forked from (its first save's label says so), else None."""
-    first = store.records_in(run_id, 0, 1)
+    try:
+        first = store.records_in(run_id, 0, 1)
+    except UnbrokenError:  # unreadable (an encrypted run whose key is gone: an erase cut short): no parent known
+        return None
     if not first:
         return None
     body = first[0].body

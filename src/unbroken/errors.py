@@ -8,7 +8,9 @@
     │   ├── InvalidRunId            a run id that is not a safe name
     │   ├── InvalidTask             a task that is not a string (also a TypeError)
     │   ├── ToolDefinitionError     a @tool that cannot be described to a model
-    │   └── TaskMismatch            an existing run id was given a different task
+    │   ├── TaskMismatch            an existing run id was given a different task
+    │   ├── EncryptionUnavailable   encryption asked for, pyca cryptography not installed
+    │   └── InvalidEncryptionKey    a key that is not 32 bytes (raw or base64)
     ├── StateError                  the state itself is not storable
     │   ├── NotJSONValue            a value that is not plain JSON (names its path)
     │   ├── RecordTooLarge          a save no load could read back (over the record cap)
@@ -18,6 +20,8 @@
     │   ├── RunNotFound             no checkpoint under that run id
     │   │   └── RunQueued           submitted for workers, not started yet
     │   ├── CorruptCheckpoint       a record failed its checksum or does not parse
+    │   │   └── WrongEncryptionKey  the run's data key does not unwrap under the key named
+    │   ├── EncryptionKeyMissing    an encrypted run, read without the key it needs (names it)
     │   ├── IncompatibleSchema      written by a newer unbroken, or no migration path
     │   ├── ConcurrentSave          someone else advanced the run first
     │   ├── Unsupported             this store cannot do that (says which can)
@@ -71,6 +75,14 @@ class TaskMismatch(ConfigError):
     """This run id already holds a run with a different task; pick a new run id or pass the same task."""
 
 
+class EncryptionUnavailable(ConfigError):
+    """Encryption at rest needs pyca cryptography: pip install 'unbroken[encryption]'."""
+
+
+class InvalidEncryptionKey(ConfigError):
+    """An encryption key must be 32 bytes: raw, or as base64 text (`openssl rand -base64 32` makes one)."""
+
+
 class StateError(UnbrokenError):
     """The run state cannot be stored."""
 
@@ -119,6 +131,16 @@ class CorruptCheckpoint(StoreError):
     def __init__(self, message: str | None = None, *, last_good_seq: int | None = None) -> None:
         self.last_good_seq = last_good_seq
         super().__init__(message)
+
+
+class WrongEncryptionKey(CorruptCheckpoint):
+    """The run's data key does not unwrap under the key this store was given for its key id: the wrong
+    key under that id, or an edited key envelope. Nothing was changed; open the store with the right key."""
+
+
+class EncryptionKeyMissing(StoreError):
+    """This run is encrypted at rest and the store has no key for it: open the store with its key
+    provider (`open_store(url, encryption=...)`, or set UNBROKEN_ENCRYPTION_KEY / UNBROKEN_ENCRYPTION_KEY_FILE)."""
 
 
 class IncompatibleSchema(StoreError):

@@ -56,6 +56,9 @@ class Takeover:
     how: TakenHow
     previous_owner: str | None = None
     previous_expires_at: float | None = None
+    previous_fence: int | None = None
+    """The fence of the holder we took the run from (0: none; None: not known, someone held
+    it between our read of the head and our acquisition)."""
 
 
 class LeaseGuard:
@@ -254,15 +257,19 @@ class LeaseGuard:
     # ------------------------------------------------------------------ after a takeover
 
     def started_before_predecessor(self, entry: LedgerEntry | None) -> bool:
-        """Whether the in-doubt attempt ``entry`` started under a fence older than that of the
-        holder we took the run from: its holder was displaced before our predecessor was, so how
-        our predecessor gave the run up (released, died) says nothing about it. Fences grow by
-        one per acquisition on every store, and a takeover is judged "released" or
-        "dead_holder" only when ours is the next one (``leases._how_taken``), so our predecessor
-        held ``fence - 1``. An entry with no fence (written before fences were recorded, or
-        outside a lease) keeps the predecessor's rule."""
+        """Whether the in-doubt attempt ``entry`` started under a fence other than that of the
+        holder we took the run from (and not under ours): its holder was displaced before our
+        predecessor was, so how our predecessor gave the run up (released, died) says nothing
+        about it. The predecessor's fence is the one our acquisition replaced
+        (``Takeover.previous_fence``; fences are not consecutive, ``stores.base.next_fence``);
+        when it is not known, every other fence counts as older. A fence above our
+        predecessor's can only come from a store that lost data: it waits too. An entry with
+        no fence (written before fences were recorded, or outside a lease) keeps the
+        predecessor's rule."""
         started = entry.fence if entry is not None else None
-        return started is not None and started < self.fence - 1
+        if started is None or started == self.fence:
+            return False
+        return started != self.takeover.previous_fence
 
     def absence_needs_wait(self, entry: LedgerEntry | None = None) -> float:
         """Seconds still to wait before a "not executed" probe about the in-doubt attempt

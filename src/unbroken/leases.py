@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 
-from . import clock, owners
+from . import clock, lost, owners
 from .errors import LeaseHeld, LeaseLost, StoreDataLost
 from .fencing import LeaseGuard, Takeover
 from .owners import _boot_id as _boot_id  # re-exported: the fault tests name them here
@@ -38,6 +38,8 @@ def take_lease(store: Store, run_id: str, owner: str, ttl: float, *, grace: floa
     now = store.lease_now()
     sent = clock.monotonic()
     live = head is not None and head.owner is not None and head.expires_at > now
+    if lost.is_parked(head):
+        raise LeaseHeld(lost.refusal(run_id))
     if head is not None and head.owner is not None and head.owner != owner and owners.owner_is_alive(head.owner):
         raise LeaseHeld(
             f"run {run_id!r} is held by {describe_live(head.owner)}; it is never taken over while it lives, "
@@ -62,19 +64,19 @@ def take_lease(store: Store, run_id: str, owner: str, ttl: float, *, grace: floa
 
 def _how_taken(head: RunHead | None, lease: Lease, owner: str, now: float) -> Takeover:
     """How ``lease`` was obtained, given the run's head as read just before acquiring it."""
-    previous_fence = head.fence if head is not None else 0
-    if lease.fence != previous_fence + 1 or head is None:
+    if head is None or lease.previous_fence != head.fence:
         # Someone else held it in between (or it is new): know nothing, assume the worst.
-        return Takeover("fresh") if lease.fence == 1 else Takeover("expired_holder")
+        fresh = head is None and lease.previous_fence == 0
+        return Takeover("fresh", previous_fence=0) if fresh else Takeover("expired_holder")
     if head.owner is None:
-        return Takeover("released")
+        return Takeover("released", previous_fence=head.fence)
     if head.owner == owner:
         # Claimed earlier under our own name (a worker's claim): whoever held it before that
         # is unknown and may be alive; this acquisition's time bounds its expiry.
-        return Takeover("expired_holder")
+        return Takeover("expired_holder", previous_fence=head.fence)
     if head.expires_at > now:
-        return Takeover("dead_holder", head.owner, head.expires_at)
-    return Takeover("expired_holder", head.owner, head.expires_at)
+        return Takeover("dead_holder", head.owner, head.expires_at, head.fence)
+    return Takeover("expired_holder", head.owner, head.expires_at, head.fence)
 
 
 def acquire(store: Store, run_id: str, owner: str, ttl: float) -> Lease:

@@ -20,23 +20,25 @@ own code call the same functions. Each takes an open ``Store``, prints nothing, 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from . import clock, paging
+from . import clock, lost, paging
 from .approvals import ApprovalRequest, decide, pending_approvals
 from .codec import MIGRATIONS, Decoded, StoredRecord, encode_full, peek_version, reads_natively
 from .erasure import Erasure, erase
 from .errors import ConfigError, CorruptCheckpoint, IncompatibleSchema, RunNotFound, StoreUnavailable
 from .fork import Fork, fork, rewind
 from .importing import import_run
+from .key_rotation import KeyRotation, RotationCursor, rotate_all, rotate_keys
 from .leases import acquire, make_owner, owner_is_dead
 from .resolve import resolve_call
 from .retention import DAY, Retention, RetentionReport, apply_retention
 from .state import TERMINAL_PHASES, JSONValue, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, check_run_id
 from .stores import Store, open_store
+from .stores.backend import Submission
 from .watching import Update, follow, settlements
 
 # --------------------------------------------------------------------------- opening
@@ -76,6 +78,19 @@ class QueuedRun:
     task: str
     agent: str | None
     submitted_at: float
+    lost: bool = False
+    """Parked as lost (``unbroken.lost``): a worker found its data gone; no worker takes it."""
+
+    @property
+    def phase(self) -> str:
+        """``queued``, or ``data_lost`` for a parked run."""
+        return lost.LOST_PHASE if self.lost else "queued"
+
+
+def _queued(store: Store, item: Submission) -> QueuedRun:
+    """The submission as a queued run, parked or not (one head read)."""
+    parked = lost.is_parked(store.head_of(item.run_id))
+    return QueuedRun(item.run_id, item.task, item.agent, item.submitted_at, parked)
 
 
 def queued_runs(store: Store) -> list[QueuedRun]:
@@ -83,11 +98,7 @@ def queued_runs(store: Store) -> list[QueuedRun]:
     that cannot queue runs."""
     if "claim" not in store.capabilities:
         return []
-    queued = [
-        QueuedRun(item.run_id, item.task, item.agent, item.submitted_at)
-        for item in store.queued_runs()
-        if not store.exists(item.run_id)
-    ]
+    queued = [_queued(store, item) for item in store.queued_runs() if not store.exists(item.run_id)]
     return sorted(queued, key=lambda run: run.submitted_at)
 
 
@@ -99,7 +110,7 @@ def queued_run(store: Store, run_id: str) -> QueuedRun | None:
     item = store.queued(run_id)
     if item is None or store.exists(run_id):
         return None
-    return QueuedRun(item.run_id, item.task, item.agent, item.submitted_at)
+    return _queued(store, item)
 
 
 @dataclass(frozen=True)
@@ -112,12 +123,13 @@ class QueuedPage:
 
 def queued_page(store: Store, *, limit: int = 50, after: tuple[float, str] | None = None) -> QueuedPage:
     """Up to ``limit`` queued runs not started yet, oldest first, after the cursor ``after``:
-    one ``store.unstarted_runs`` read (about ``limit`` rows on SQLite and PostgreSQL, however
-    long the queue). [] on a store that cannot queue runs."""
+    one ``store.unstarted_runs`` read (about ``limit`` rows on SQLite, PostgreSQL and Redis, a
+    LIST and ``limit`` GETs on S3, however long the queue), then each run's head (is it parked as
+    lost?). [] on a store that cannot queue runs."""
     if "claim" not in store.capabilities:
         return QueuedPage([], None)
     items = store.unstarted_runs(after, limit + 1)
-    runs = [QueuedRun(item.run_id, item.task, item.agent, item.submitted_at) for item in items[:limit]]
+    runs = [_queued(store, item) for item in items[:limit]]
     more = len(items) > limit and runs
     return QueuedPage(runs, (runs[-1].submitted_at, runs[-1].run_id) if more else None)
 
@@ -154,12 +166,20 @@ def runs_page(store: Store, *, limit: int = RUNS_PAGE, after: tuple[float, str] 
         raise ConfigError(f"a page of runs holds at least 1 run, not {limit}")
     rows = store.runs_page(after, limit + 1)
     more = len(rows) > limit
-    rows = rows[:limit]
+    rows = [_marked(store, row) for row in rows[:limit]]
     last = (rows[-1].updated_at, rows[-1].run_id) if more and rows else None
     if after is not None:
         return RunsPage(rows, [], last)
     queued = queued_page(store, limit=limit)
     return RunsPage(rows, queued.runs, last, queued.next)
+
+
+def _marked(store: Store, row: RunSummary) -> RunSummary:
+    """The row with the phase ``data_lost`` when the run is parked as lost (a head read for a
+    run not finished, the only kind a worker parks)."""
+    if row.phase in TERMINAL_PHASES or not lost.is_parked(store.head_of(row.run_id)):
+        return row
+    return replace(row, phase=lost.LOST_PHASE)
 
 
 def iter_runs(store: Store, *, page: int = 500) -> Iterator[RunsPage]:
@@ -208,6 +228,8 @@ class RunView:
     timeline: list[SaveInfo] = field(default_factory=list)
     lease: Lease | None = None
     lease_holder_dead: bool = False
+    lost: bool = False
+    """Parked as lost (``unbroken.lost``): a worker found its data gone; no worker takes it."""
     """The lease is held by a process on this machine that is gone: the next resume takes over at once."""
     ledger: list[LedgerEntry] = field(default_factory=list)
     """The effect ledger, oldest first: every entry, or the newest ``ledger`` of them."""
@@ -237,7 +259,7 @@ def inspect_run(
         queued = queued_run(store, run_id)
         if queued is None:
             raise
-        return RunView(run_id, queued=queued)
+        return RunView(run_id, queued=queued, lost=queued.lost)
     lease = store.lease_of(run_id)
     keys = [call.idempotency_key for call in decoded.state.pending_calls]
     if ledger is None:
@@ -256,6 +278,7 @@ def inspect_run(
         timeline=paging.tail_timeline(decoded),
         lease=lease,
         lease_holder_dead=lease is not None and owner_is_dead(lease.owner),
+        lost=lease is not None and lease.owner == lost.LOST_OWNER,
         ledger=entries,
         ledger_earlier=earlier,
         call_entries=calls,
@@ -394,6 +417,8 @@ class Recovery:
     seq: int
     kept_aside: str
     told: list[str]
+    released: bool = False
+    """The run was parked as lost and is released (``lost.release``): nothing else was changed."""
 
 
 def recover(store: Store, run_id: str, *, to: int | None = None) -> Recovery:
@@ -404,11 +429,16 @@ def recover(store: Store, run_id: str, *, to: int | None = None) -> Recovery:
     holds one snapshot of save point ``to`` (default: the last intact save point with no call in
     flight), plus a user message naming every side effect the ledger recorded after that point,
     so the model does not do them again. Refused (``LeaseHeld``) while a live process holds the run,
-    and (``ConfigError``, nothing changed) when its records are intact: recovering twice is safe."""
-    from dataclasses import replace
+    and (``ConfigError``, nothing changed) when its records are intact: recovering twice is safe.
 
+    A run parked as lost (``unbroken.lost``) is released instead, and nothing else is changed:
+    workers take it again, from the save point the store still has (``seq``), or from its task
+    when it has none (which may repeat side effects the lost data recorded)."""
     from .codec import EncodedSave, decode, summary_of
 
+    if lost.is_parked(store.head_of(run_id)):
+        freed = lost.release(store, run_id)
+        return Recovery(run_id, freed.seq, freed.seq, "", [], released=True)
     records = store.read_records(run_id)
     decoded = store.decode(run_id, recover=True)
     if decoded.problem is None:
@@ -524,6 +554,8 @@ def deny(
 __all__ = [
     "ApprovalRequest",
     "Fork",
+    "KeyRotation",
+    "RotationCursor",
     "LedgerView",
     "MigrationPlan",
     "Recovery",
@@ -542,6 +574,8 @@ __all__ = [
     "iter_runs",
     "ledger_before",
     "ledger_of",
+    "rotate_all",
+    "rotate_keys",
     "list_all_runs",
     "migrate_run",
     "open_existing_store",

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from . import conversation, hooks, owners
 from . import resources as run_resources
+from .acceptance import MAX_COUNT
 from .codec import MIGRATIONS
 from .compaction import Compactor
 from .conversation import TurnsPer
@@ -26,6 +27,7 @@ from .engine import drive_async, drive_sync
 from .errors import ConfigError, LeaseLost, RunNotFound
 from .hooks import Hook
 from .leases import Heartbeat, make_owner, take_lease
+from .missing import missing_run
 from .model import Model
 from .resources import Opener
 from .session import RunResult, RunSession
@@ -93,6 +95,16 @@ class Agent:
             raise ConfigError("max_result_bytes must be at least 1024 (or None for no cut)")
         if type(max_calls_per_turn) is not int or max_calls_per_turn < 1:
             raise ConfigError(f"max_calls_per_turn must be a whole number >= 1, not {max_calls_per_turn!r}")
+        if type(business_state_version) is not int or not 0 <= business_state_version <= MAX_COUNT:
+            shown = (
+                f"an integer of {business_state_version.bit_length()} bits"
+                if type(business_state_version) is int and business_state_version >= 2**64
+                else repr(business_state_version)
+            )
+            raise ConfigError(
+                "business_state_version must be a whole number from 0 to 2**53-1 (every saved run carries it "
+                f"and no load accepts another), not {shown}"
+            )
         if store is None:
             from .stores import open_store
 
@@ -254,18 +266,21 @@ class Agent:
         max_turns: int | None = None,
         turns_per: TurnsPer = "request",
         message_id: str | None = None,
+        create: bool = False,
         store: Store | None = None,
         owner: str | None = None,
         stop: threading.Event | None = None,
     ) -> RunResult:
         """Continue the conversation ``run_id`` with a follow-up user message, and drive it like
-        ``run`` (a run that does not exist is started with it). The message is durable before
-        the model sees it; if calls are in flight it is delivered once they are settled.
+        ``run``. A conversation that does not exist raises ``RunNotFound`` (it may be one the
+        store lost: starting it over would repeat its side effects) unless ``create=True``, which
+        starts it with the message as its task. The message is durable before the model sees
+        it; if calls are in flight it is delivered once they are settled.
         ``max_turns`` (default: the agent's) counts for this request, or for the whole run with
         ``turns_per="run"``. A retry with the same ``message_id`` adds nothing. See
         docs/conversations.md."""
         with conversation.opened(
-            self, run_id, message, max_turns, turns_per, message_id, store=store, owner=owner, stop=stop
+            self, run_id, message, max_turns, turns_per, message_id, create=create, store=store, owner=owner, stop=stop
         ) as session:
             drive_sync(session)
             return session.result(session.resume_seconds or session.since_start())
@@ -278,13 +293,14 @@ class Agent:
         max_turns: int | None = None,
         turns_per: TurnsPer = "request",
         message_id: str | None = None,
+        create: bool = False,
         store: Store | None = None,
         owner: str | None = None,
         stop: threading.Event | None = None,
     ) -> RunResult:
         """Async twin of ``send`` (drives the run like ``arun``)."""
         with conversation.opened(
-            self, run_id, message, max_turns, turns_per, message_id, store=store, owner=owner, stop=stop
+            self, run_id, message, max_turns, turns_per, message_id, create=create, store=store, owner=owner, stop=stop
         ) as session:
             await drive_async(session)
             return session.result(session.resume_seconds or session.since_start())
@@ -355,12 +371,11 @@ def _never_started(run_id: str, store: Store) -> Iterator[None]:
     except RunNotFound as exc:
         if type(exc) is not RunNotFound:
             raise
-        told = store._not_found(run_id)  # the store's own story: queued, or records lost under a head
-        if type(told) is not RunNotFound:
-            raise told from exc
-        raise RunNotFound(
+        raise missing_run(
+            store,
+            run_id,
             f"no run {run_id!r} to resume in {store.url}: it was never saved there, was deleted, or the store "
             "lost it (a server restarted without its data, keys evicted under memory pressure). resume() never "
             "starts a run; run(task, run_id=...) would start it from nothing, and any side effect it did before "
-            "could run again"
+            "could run again",
         ) from exc

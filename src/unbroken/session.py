@@ -29,6 +29,7 @@ from .errors import (
 )
 from .leases import Heartbeat
 from .ledger import EffectLedger, not_settled_result, unknown_result
+from .missing import check_never_saved
 from .model import HistoryReader, ModelTurn, ProposedCall, messages_are_json
 from .reconcile import Decision, refused
 from .state import (
@@ -160,6 +161,7 @@ class RunSession:
     def _start(self, task: str, business_state: Mapping[str, JSONValue] | None) -> None:
         initial = dict(business_state or {})
         ensure_json(initial, "business_state")
+        check_never_saved(self.store, self.run_id)  # a run the store lost is never started over
         self.state = RunState(
             run_id=self.run_id,
             task=task,

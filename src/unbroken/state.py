@@ -33,6 +33,7 @@ TERMINAL_PHASES: frozenset[str] = frozenset({"completed", "max_turns", "failed"}
 ResultHow = Literal[
     "executed", "reused", "probed", "unknown", "invalid", "resolved", "skipped", "denied", "attempts_exhausted"
 ]
+RESULT_HOWS: tuple[str, ...] = get_args(ResultHow)
 
 
 def idempotency_key(run_id: str, call_id: str) -> str:
@@ -465,6 +466,9 @@ class Lease:
     owner: str
     fence: int
     expires_at: float
+    previous_fence: int | None = field(default=None, compare=False)
+    """The run's fence just before this lease was taken (0: it had none), which tells whom it
+    was taken from (fences are not consecutive: ``stores.base.next_fence``); None: not known."""
 
 
 _RUN_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")

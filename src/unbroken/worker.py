@@ -4,7 +4,8 @@ A worker claims a runnable run (submitted and never started, or left unfinished 
 whose lease expired on the store's clock), runs it through ``Agent.run`` (which resumes and
 reconciles it exactly as after any restart), then claims the next. A run that had save points
 (at its claim, or when this worker last drove it) is only resumed (``Agent.resume``): if the
-store lost it meanwhile, it is reported (``WorkerStats.data_lost``), never started over. The claim takes the lease
+store lost it meanwhile, it is reported (``WorkerStats.data_lost``) and parked for an operator
+(``lost``), never started over. The claim takes the lease
 under the agent's own owner name, so ``Agent.run`` re-acquires it without a gap (bumping the
 fence once more) and ``runner.py`` needs no worker-specific path.
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from . import clock
+from . import clock, lost
 from .errors import ConfigError, LeaseError, RunInterrupted, RunNotFound, StoreDataLost, UnbrokenError, Unsupported
 from .leases import take_lease
 from .redact import log_failure
@@ -54,7 +55,7 @@ class WorkerStats:
     """Runs that raised (model or store failure); each is retried after ``retry_after``."""
     data_lost: int = 0
     """Runs whose saved data the store lost (``StoreDataLost``, or gone when only a resume was
-    right): never started over, left to an operator (retried, and refused, after ``retry_after``)."""
+    right): never started over; parked as lost (``lost.park``) for an operator to erase or release."""
     took_over: int = 0
     """Finished runs that had save points already: left by a dead or expired owner (or by an
     earlier attempt that raised), resumed here."""
@@ -238,7 +239,7 @@ class Worker:
         except (RunNotFound, StoreDataLost) as exc:
             log.error("run %s: the store lost its saved data, not starting it over: %s", run_id, exc)
             self._count_as("data_lost")
-            self._hold(agent, run_id)
+            self._park(agent, run_id)
         except Exception as exc:
             log_failure(log, f"run {run_id} raised (retrying in {self.retry_after:g}s)", exc)
             self._count_as("errors")
@@ -268,6 +269,16 @@ class Worker:
     def _count_as(self, what: str) -> None:
         with self._count:
             setattr(self.stats, what, getattr(self.stats, what) + 1)
+
+    def _park(self, agent: Agent, run_id: str) -> None:
+        """Park a run whose data the store lost (``lost.park``): no worker claims it again, an
+        operator erases or releases it. If the store cannot be written now, hold it instead."""
+        try:
+            if lost.park(self.store, run_id):
+                log.error("run %s is parked as lost: %s", run_id, lost.refusal(run_id))
+        except UnbrokenError as exc:
+            log.warning("run %s could not be parked as lost (%s); holding it for %gs", run_id, exc, self.retry_after)
+            self._hold(agent, run_id)
 
     def _hold(self, agent: Agent, run_id: str) -> None:
         """Keep a failing run's lease for ``retry_after`` seconds so no worker retries it at once."""

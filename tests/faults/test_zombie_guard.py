@@ -107,13 +107,26 @@ def in_doubt(fence: int | None) -> LedgerEntry:
 
 
 def test_an_attempt_started_before_our_predecessor_waits_the_full_grace_even_after_a_release(store: Store) -> None:
-    take_lease(store, RUN, make_owner(), 5).release()  # fence 1: its attempt may still be in flight
-    take_lease(store, RUN, make_owner(), 5).release()  # fence 2: our predecessor, released cleanly
+    older = take_lease(store, RUN, make_owner(), 5)  # its attempt may still be in flight
+    older.release()
+    predecessor = take_lease(store, RUN, make_owner(), 5)  # released cleanly
+    predecessor.release()
     successor = take_lease(store, RUN, make_owner(), 5, grace=3)
-    assert successor.takeover.how == "released" and successor.fence == 3
-    assert successor.absence_needs_wait(in_doubt(2)) == 0  # the predecessor's own attempt
+    assert successor.takeover.how == "released" and successor.takeover.previous_fence == predecessor.fence
+    assert older.fence < predecessor.fence < successor.fence
+    assert successor.absence_needs_wait(in_doubt(predecessor.fence)) == 0  # the predecessor's own attempt
+    assert successor.absence_needs_wait(in_doubt(successor.fence)) == 0  # our own attempt
     assert successor.absence_needs_wait(in_doubt(None)) == 0  # an entry written before fences were kept
-    assert 2.5 < successor.absence_needs_wait(in_doubt(1)) <= 3
+    assert 2.5 < successor.absence_needs_wait(in_doubt(older.fence)) <= 3
+    assert 2.5 < successor.absence_needs_wait(in_doubt(predecessor.fence - 1)) <= 3  # fences are not consecutive
+
+
+def test_an_attempt_under_a_fence_above_our_predecessors_waits_the_full_grace(store: Store) -> None:
+    """Only a store that lost data shows one (a live holder from before the loss): not trusted."""
+    take_lease(store, RUN, make_owner(), 5).release()
+    successor = take_lease(store, RUN, make_owner(), 5, grace=3)
+    assert successor.takeover.how == "released"
+    assert 2.5 < successor.absence_needs_wait(in_doubt(successor.fence + 1)) <= 3
 
 
 def test_a_tool_can_check_its_lease_and_read_the_fencing_token(store: Store, tmp_path: Path) -> None:

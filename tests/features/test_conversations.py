@@ -15,7 +15,7 @@ from features_crash import child, sent
 from features_scripts import TOKENS_PER_TURN, final_turn, tool_results, tool_turn
 
 from unbroken import Agent, ConfigError, LeaseHeld, RunResult, ScriptedModel, Store, open_store, ops, tool
-from unbroken.errors import RunInterrupted
+from unbroken.errors import RunInterrupted, RunNotFound, StoreDataLost
 from unbroken.leases import acquire
 
 
@@ -54,7 +54,7 @@ def send(agent: Agent, driver: str, run_id: str, message: str, **options: Any) -
 def test_a_follow_up_continues_the_run_with_one_history_and_counters_that_carry_on(store: Store, driver: str) -> None:
     script = [tool_turn(("c1", "look", {"x": "inbox"})), final_turn("3 mails"), final_turn("the first is from Ann")]
     agent, _ = looking_agent(store, script)
-    first = send(agent, driver, "chat", "How many mails?")
+    first = send(agent, driver, "chat", "How many mails?", create=True)
     second = send(agent, driver, "chat", "Who sent the first?")
     assert (first.status, first.turns, first.output) == ("completed", 2, "3 mails")
     assert (second.status, second.turns, second.output) == ("completed", 3, "the first is from Ann")
@@ -66,7 +66,7 @@ def test_a_follow_up_continues_the_run_with_one_history_and_counters_that_carry_
 def test_max_turns_counts_per_request_unless_asked_per_run(store: Store) -> None:
     script = [tool_turn((f"c{i}", "look", {"x": str(i)})) for i in range(10)]
     agent, _ = looking_agent(store, script, max_turns=2)
-    assert agent.send("chat", "go").turns == 2
+    assert agent.send("chat", "go", create=True).turns == 2
     assert agent.send("chat", "go on").turns == 4  # two more for this request
     assert agent.send("chat", "and on", max_turns=1).turns == 5
     result = agent.send("chat", "until 7 in all", max_turns=7, turns_per="run")
@@ -93,7 +93,7 @@ def test_a_message_sent_to_an_interrupted_turn_is_delivered_after_its_calls_are_
 
     agent = agent.replace(tools=[look])
     with pytest.raises(RunInterrupted):
-        send(agent, driver, "chat", "look at both", stop=stop)
+        send(agent, driver, "chat", "look at both", stop=stop, create=True)
     assert store.load("chat").phase == "running_tools"
     result = send(agent, driver, "chat", "please hurry")
     assert result.status == "completed"
@@ -126,8 +126,8 @@ def test_a_message_sent_to_a_run_awaiting_approval_waits_for_the_decision(tmp_pa
 
 def test_a_retried_send_with_the_same_message_id_adds_nothing(store: Store) -> None:
     agent, _ = looking_agent(store, [final_turn("hi"), final_turn("fine"), final_turn("unused")])
-    agent.send("chat", "hello", message_id="m1")
-    agent.send("chat", "hello", message_id="m1")  # the start, retried
+    agent.send("chat", "hello", message_id="m1", create=True)
+    agent.send("chat", "hello", message_id="m1", create=True)  # the start, retried
     agent.send("chat", "how are you?", message_id="m2")
     result = agent.send("chat", "how are you?", message_id="m2")
     assert user_texts(result) == ["hello", "how are you?"]
@@ -136,13 +136,49 @@ def test_a_retried_send_with_the_same_message_id_adds_nothing(store: Store) -> N
 
 def test_a_send_to_a_run_live_elsewhere_is_refused_and_records_nothing(store: Store) -> None:
     agent, _ = looking_agent(store, [final_turn("hi"), final_turn("unused")])
-    agent.send("chat", "hello")
+    agent.send("chat", "hello", create=True)
     saves = len(store.history("chat"))
     lease = acquire(store, "chat", "someone-else:1:2:3", 60.0)
     with pytest.raises(LeaseHeld):
         agent.send("chat", "are you there?")
     store.release_lease(lease)
     assert len(store.history("chat")) == saves
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_send_to_a_conversation_that_does_not_exist_is_run_not_found_and_starts_nothing(
+    store: Store, driver: str
+) -> None:
+    agent, seen = looking_agent(store, [tool_turn(("c1", "look", {"x": "inbox"})), final_turn("done")])
+    with pytest.raises(RunNotFound, match="send\\(run_id, message, create=True\\)") as missing:
+        send(agent, driver, "chat", "How many mails?")
+    assert "the store lost it" in str(missing.value)
+    assert not store.exists("chat") and seen == []
+
+
+def test_a_send_to_a_conversation_the_store_lost_is_refused_even_with_create(store: Store) -> None:
+    """Its save records gone, its ledger kept (a partial loss): ``create=True`` does not start it
+    over either, since the calls it made would run again."""
+    charged: list[str] = []
+
+    @tool(effect="side_effect")
+    def charge(x: str) -> str:
+        """Charge a card."""
+        charged.append(x)
+        return "charged"
+
+    agent = Agent(ScriptedModel([tool_turn(("c1", "charge", {"x": "card"})), final_turn("done")]), [charge], store)
+    agent.send("chat", "Charge the card", create=True)
+    entries = store.ledger_list("chat")
+    store.delete_run("chat")
+    for entry in entries:  # the store kept the ledger and lost the saves
+        store.ledger_put(entry)
+
+    with pytest.raises(StoreDataLost, match="effect ledger holds 1 entry"):
+        agent.send("chat", "Charge the card", create=True)
+    with pytest.raises(StoreDataLost):
+        agent.run("Charge the card", run_id="chat")
+    assert charged == ["card"] and not store.exists("chat")
 
 
 @pytest.mark.parametrize(
@@ -153,7 +189,7 @@ def test_a_bad_follow_up_is_refused_before_anything_is_written(
     store: Store, options: dict[str, Any], what: str
 ) -> None:
     agent, _ = looking_agent(store, [final_turn("hi")])
-    agent.send("chat", "hello")
+    agent.send("chat", "hello", create=True)
     saves = len(store.history("chat"))
     arguments: dict[str, Any] = {"message": "more", **options}
     with pytest.raises(ConfigError, match=what):

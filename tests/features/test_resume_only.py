@@ -85,3 +85,23 @@ def test_a_worker_never_starts_over_a_run_it_saw_saved_and_the_store_lost() -> N
     assert charged == [500]  # not charged again
     assert stats.data_lost == 1
     assert store.backend.records_after("r1", 0) == []  # nothing was started in its place
+
+
+def test_a_fresh_worker_never_starts_over_a_run_whose_saves_the_store_lost_but_not_its_ledger() -> None:
+    """A worker with no memory of the run (a new process) sees a queued run with no save
+    point, as if never started; its effect ledger says it ran a charge, so it is lost data."""
+    store, charged = open_store("memory://"), list[int]()
+    store.submit("charge once", "r1")
+    first = Worker(lambda s: charging_agent(s, charged, [CHARGE]), store, retry_after=0.05, poll_interval=0.05)
+    assert first.run(until_idle=True, max_runs=1).errors == 1  # charged, then the model failed
+    entries = store.ledger_list("r1")
+    lose(store, "r1")
+    for entry in entries:  # the ledger survived the loss
+        store.ledger_put(entry)
+    fresh = Worker(lambda s: charging_agent(s, charged, [CHARGE, FINAL]), store, retry_after=0.05, poll_interval=0.05)
+
+    stats = fresh.run(until_idle=True, max_runs=2)
+
+    assert charged == [500]  # not charged again
+    assert stats.data_lost >= 1
+    assert store.backend.records_after("r1", 0) == []

@@ -59,3 +59,23 @@ def test_a_server_whose_policy_never_evicts_keeps_every_key() -> None:
     outcome = play(SCENARIO, from_text(EVICT_THE_RUN), lambda: store)
     assert not outcome.failed and not outcome.after_loss
     assert not any("evicted" in line for line in outcome.trace)
+
+
+LOSE_EVERYTHING_UNDER_A_HOLDER = "step p0 2\nlose p0 everything\nstep p1 3\nstep p0 6\nstep p1 8"
+"""p0 holds the run and saved; the store restarts empty; p1 takes the run from nothing; p0, alive
+all along, writes again."""
+
+
+def test_after_the_store_lost_everything_the_old_holders_write_is_refused() -> None:
+    """Fences do not restart with the store (``stores.base.next_fence``): p1's fence is above
+    p0's, so p0's next write is refused, and no fence is handed out twice."""
+    outcome = play(SCENARIO, from_text(LOSE_EVERYTHING_UNDER_A_HOLDER), ForgetfulStore)
+    assert not outcome.failed  # fences_unique and no_stale_writes hold even after the loss
+    assert any(line.startswith("the store lost everything") for line in outcome.trace)
+    assert any(line.startswith("p0 run call raised LeaseLost") and "was refused" in line for line in outcome.trace)
+
+
+def test_with_fences_counted_from_nothing_the_new_holder_gets_the_old_holders_fence() -> None:
+    with MUTATIONS["fence_floor"]():
+        outcome = play(SCENARIO, from_text(LOSE_EVERYTHING_UNDER_A_HOLDER), ForgetfulStore)
+    assert "fences_unique" in {violation.invariant for violation in outcome.violations}

@@ -6,6 +6,8 @@ and careful paths of ``acceptance`` (and the typed segment parse) agree on every
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -20,6 +22,7 @@ from hypothesis import strategies as st
 from unbroken import (
     SCHEMA_VERSION,
     Agent,
+    CorruptCheckpoint,
     IncompatibleSchema,
     ModelTurn,
     NotJSONValue,
@@ -30,12 +33,13 @@ from unbroken import (
     UnloadableState,
     acceptance,
     codec,
+    open_store,
     paging,
     tool,
     usage,
 )
 from unbroken.model import ToolSpec
-from unbroken.state import JSONValue
+from unbroken.state import JSONValue, ToolResult
 
 
 @tool(effect="read_only")
@@ -224,6 +228,9 @@ def valid_fields() -> dict[str, JSONValue]:
         messages=["m"],
         usage={"input_tokens": 1},
         pending_calls=[ToolCall("a", "n", {"x": 1}, "k1"), ToolCall("a", "n", {}, "k2", error="no")],
+        results={"k1": ToolResult("a", "done", how="probed")},
+        resolutions={"k2": "not_executed"},
+        attempts={"k1": 2},
         history_checked=1,
     )
     return state.small_fields()
@@ -242,14 +249,29 @@ FIELD_NAMES = sorted(valid_fields())
     dropped=st.sets(st.sampled_from(FIELD_NAMES), max_size=1),
     call_change=st.none()
     | st.tuples(st.sampled_from(["id", "name", "input", "idempotency_key", "error"]), JSON_VALUES),
+    per_call_change=st.none()
+    | st.tuples(
+        st.sampled_from(["call_id", "content", "is_error", "how", "resolution", "attempts"]),
+        JSON_VALUES | st.integers(-(2**70), 2**70) | st.sampled_from(["skipped"]),
+    ),
 )
 def test_the_fields_fast_path_agrees_with_the_careful_one(
-    changes: dict[str, Any], dropped: set[str], call_change: tuple[str, Any] | None
+    changes: dict[str, Any],
+    dropped: set[str],
+    call_change: tuple[str, Any] | None,
+    per_call_change: tuple[str, Any] | None,
 ) -> None:
     fields = valid_fields()
     if call_change is not None:
         calls: Any = fields["pending_calls"]
         calls[0][call_change[0]] = call_change[1]
+    if per_call_change is not None:
+        name, value = per_call_change
+        table: Any = fields["resolutions" if name == "resolution" else "attempts" if name == "attempts" else "results"]
+        if name in ("resolution", "attempts"):
+            table["k2" if name == "resolution" else "k1"] = value
+        else:
+            table["k1"][name] = value
     fields.update(changes)
     for key in dropped:
         del fields[key]
@@ -282,3 +304,79 @@ def test_text_that_is_not_unicode_is_refused_before_it_is_written(sqlite_store: 
     state = RunState(run_id="r", task="refund \ud800")  # a str field alone
     with pytest.raises(UnloadableState, match="not Unicode"):
         codec.encode_full(state, "start")
+
+
+BAD_PER_CALL_SHAPES = [
+    ("results", {"k1": "done"}, r"field results\['k1'\] is 'done', not an object"),
+    (
+        "results",
+        {"k1": {"call_id": 7, "content": "x", "is_error": False}},
+        r"results\['k1'\]\.call_id is 7, not a string",
+    ),
+    ("results", {"k1": {"call_id": "a", "content": ["x"], "is_error": False}}, r"results\['k1'\]\.content is \['x'\]"),
+    (
+        "results",
+        {"k1": {"call_id": "a", "content": "x", "is_error": "no"}},
+        r"results\['k1'\]\.is_error is 'no', not a boolean",
+    ),
+    (
+        "results",
+        {"k1": {"call_id": "a", "content": "x", "is_error": False, "how": "guessed"}},
+        r"results\['k1'\]\.how is 'guessed'",
+    ),
+    (
+        "results",
+        {"k1": {"call_id": "a", "content": "x", "is_error": False, "how": ["x"]}},
+        r"results\['k1'\]\.how is \['x'\]",
+    ),
+    ("resolutions", {"k1": 1}, r"field resolutions\['k1'\] is 1, not a string"),
+    ("resolutions", ["not_executed"], r"field resolutions is a array, not a object"),
+    ("attempts", {"k1": -1}, r"field attempts\['k1'\] is -1, not an integer from 0 to 2\*\*53-1"),
+    ("attempts", {"k1": "2"}, r"field attempts\['k1'\] is '2'"),
+    ("attempts", {"k1": 2**53}, r"field attempts\['k1'\] is 9007199254740992"),
+    ("attempts", {"k1": True}, r"field attempts\['k1'\] is True"),
+]
+
+
+def _saved_with_a_result(store: Store) -> codec.EncodedSave:
+    state = RunState(
+        run_id="r",
+        task="t",
+        messages=["m"],
+        phase="running_tools",
+        pending_calls=[ToolCall("a", "n", {}, "k1")],
+        results={"k1": ToolResult("a", "done")},
+        save_seq=1,
+    )
+    save = codec.encode_full(state, "start")
+    store.append(save, expect_seq=0)
+    return save
+
+
+@pytest.mark.parametrize(("name", "value", "message"), BAD_PER_CALL_SHAPES)
+def test_a_hand_edited_per_call_field_of_a_bad_shape_is_corrupt_naming_the_field_and_the_save(
+    name: str, value: Any, message: str
+) -> None:
+    store = open_store("memory://")
+    save = _saved_with_a_result(store)
+    record = json.loads(save.body)
+    record["fields"][name] = value
+    body = json.dumps(record)
+    store.rewrite("r", [dataclasses.replace(save, body=body, checksum=codec.checksum(body))], expect_seq=1)
+
+    with pytest.raises(CorruptCheckpoint, match=message) as refused:
+        store.load("r")
+
+    assert "at save 1" in str(refused.value)
+
+
+@pytest.mark.parametrize(("name", "value", "message"), BAD_PER_CALL_SHAPES)
+def test_a_per_call_field_of_a_bad_shape_is_refused_before_it_is_written(name: str, value: Any, message: str) -> None:
+    store = open_store("memory://")
+    _saved_with_a_result(store)
+    state = store.load("r")
+    state.save_seq = 2
+    fields: Any = state.small_fields()
+    fields[name] = value  # as a tool or a hook that wrote into the state would leave it
+    with pytest.raises(UnloadableState, match=message):
+        codec.accept_before_save(fields, state)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "run.py"
 
 
@@ -29,6 +31,9 @@ def test_benchmark_prints_the_table_and_a_verdict_for_every_target(tmp_path: Pat
             "--scale-turns",
             "3",
             "--no-fleet",
+            "--no-queue",
+            "--encryption-turns",
+            "3",
             "--dir",
             str(tmp_path),
         ],
@@ -49,8 +54,41 @@ def test_benchmark_prints_the_table_and_a_verdict_for_every_target(tmp_path: Pat
         assert row in out
     verdicts = [line for line in out.splitlines() if line.startswith(("PASS ", "FAIL "))]
     kinds = ["crash", "crash", "load", "save", "bytes", "resume", "resume", "resume", "compacted", "import"]
+    kinds += ["encryption", "encryption"]
     assert [line.split()[1] for line in verdicts] == kinds
     assert list(tmp_path.iterdir()) == []  # every database it made was removed
+
+
+def _queue_benchmark(*sizes: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARK.parent / "bench_queue.py"), *sizes, "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _verdict_stores(out: str) -> list[str]:
+    verdicts = [line for line in out.splitlines() if line.startswith(("PASS ", "FAIL "))]
+    return [line.split(" on ")[-1].split(":")[0] for line in verdicts]
+
+
+def test_the_queue_benchmark_prints_a_verdict_for_redis() -> None:
+    out = _queue_benchmark("--redis", "300", "--s3", "0")
+
+    assert _verdict_stores(out) == ["redis"], out
+    assert "First page of `unbroken runs`, redis, 300 queued runs" in out, out
+
+
+@pytest.mark.slow  # moto's import and server start take seconds
+def test_the_queue_benchmark_prints_a_verdict_for_s3_on_moto() -> None:
+    out = _queue_benchmark("--redis", "0", "--s3", "60")
+
+    assert _verdict_stores(out) == ["s3 (moto)"], out
+    assert "First page of `unbroken runs`, s3 (moto), 60 queued runs" in out, out
 
 
 def test_the_crash_floor_imports_nothing_of_unbroken(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from core_scripts import TOKENS_PER_TURN, final_turn, reading_script, tool_turn
 
 from unbroken import (
     Agent,
+    ConfigError,
     IncompatibleSchema,
     LeaseHeld,
     ModelCallFailed,
@@ -361,6 +362,23 @@ def test_a_business_state_newer_than_the_agent_is_refused(store: Store) -> None:
         )
     with pytest.raises(IncompatibleSchema, match="newer than this agent's 1"):
         _counting_run(store).run("t", run_id="r")
+
+
+@pytest.mark.parametrize("version", [-1, 2**53, 2**70, True, 1.0, "2", None])
+def test_a_business_state_version_no_load_accepts_is_refused_when_the_agent_is_built(
+    store: Store, version: Any
+) -> None:
+    with pytest.raises(ConfigError, match="business_state_version must be a whole number from 0 to 2\\*\\*53-1"):
+        Agent(ScriptedModel([final_turn()]), [], store, business_state_version=version)
+    assert store.list_runs() == []
+
+
+@pytest.mark.parametrize("version", [0, 1, 2**53 - 1])
+def test_every_business_state_version_a_load_accepts_builds_an_agent(store: Store, version: int) -> None:
+    assert (
+        Agent(ScriptedModel([final_turn()]), [], store, business_state_version=version).business_state_version
+        == version
+    )
 
 
 def test_a_second_caller_in_the_same_process_is_refused_while_the_first_holds_the_run(store: Store) -> None:

@@ -8,7 +8,18 @@ import importlib
 from . import drive, effects, runs  # noqa: F401  (registers commands)
 from ._app import main
 
-_OPTIONAL_COMMAND_MODULES = ("fleet", "chaos", "simulate", "recover", "approvals", "fork", "watch", "ui", "erase")
+_OPTIONAL_COMMAND_MODULES = (
+    "fleet",
+    "chaos",
+    "simulate",
+    "recover",
+    "approvals",
+    "fork",
+    "watch",
+    "ui",
+    "erase",
+    "keys",
+)
 
 for _name in _OPTIONAL_COMMAND_MODULES:
     _module = f"{__name__}.{_name}"

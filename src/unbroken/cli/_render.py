@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.segment import Segment
 from rich.table import Table
 
-from .. import LedgerEntry, RunResult, RunState, RunSummary
+from .. import LedgerEntry, RunResult, RunState, RunSummary, lost
 from ..message_parts import render_message
 from ..ops import MigrationPlan, QueuedRun, RunView
 from ._safe import UNSAFE, clean
@@ -35,6 +35,7 @@ PHASE_STYLES = {
     "awaiting_model": "cyan",
     "running_tools": "cyan",
     "queued": "blue",
+    "data_lost": "red",
 }
 
 
@@ -274,7 +275,7 @@ def runs_table(rows: Sequence[RunSummary | QueuedRun], title: str | None) -> Tab
     table.add_column("task", overflow="ellipsis", max_width=50, no_wrap=True)
     for run in rows:
         if isinstance(run, QueuedRun):
-            cells = [phase_text("queued"), "-", "-", when(run.submitted_at)]
+            cells = [phase_text(run.phase), "-", "-", when(run.submitted_at)]
         else:
             cells = [phase_text(run.phase), str(run.turns), f"{run.tokens_used:,}", when(run.updated_at)]
         table.add_row(escape(run.run_id), *cells, escape(brief(run.task, 50)))
@@ -286,13 +287,18 @@ def print_queued(console: Console, run: QueuedRun) -> None:
     grid = _grid()
     grid.add_row("run", escape(run.run_id))
     grid.add_row("task", escape(brief(run.task, 160)))
-    grid.add_row("phase", phase_text("queued") + " (submitted, not started by a worker yet: no save point)")
+    if run.lost:
+        grid.add_row("phase", phase_text(run.phase) + f" ({escape(lost.refusal(run.run_id))})")
+    else:
+        grid.add_row("phase", phase_text("queued") + " (submitted, not started by a worker yet: no save point)")
     grid.add_row("agent", escape(run.agent or "any worker"))
     grid.add_row("submitted", when(run.submitted_at))
     console.print(grid)
 
 
 def lease_text(view: RunView) -> str:
+    if view.lost:
+        return escape(lost.refusal(view.run_id))
     if view.lease is None:
         return "free (no live process)"
     if view.lease_holder_dead:
@@ -308,7 +314,7 @@ def print_run(console: Console, view: RunView, state: RunState, message_count: i
     rows = [
         ("run", escape(state.run_id)),
         ("task", escape(brief(state.task, 160))),
-        ("phase", phase_text(state.phase)),
+        ("phase", phase_text(lost.LOST_PHASE if view.lost else state.phase)),
         ("turns", str(state.turns)),
         ("tokens", f"{state.tokens_used:,}  [dim]{escape(brief(state.usage, 120))}[/]"),
         ("save points", f"{state.save_seq} (schema {state.schema_version})"),

@@ -25,6 +25,10 @@ def recover_command(run_id: str, to: int | None, store_url: str) -> None:
     with open_run_store(store_url) as store, progress(f"recovering run {run_id}"):
         done = recover(store, run_id, to=to)
     console = make_console()
+    if done.released:
+        where = f"save point {done.seq}" if done.seq else "its task (the store kept no save point)"
+        console.print(f"run {escape(run_id)} was parked as lost and is released: workers take it again, from {where}")
+        return
     console.print(
         f"run {escape(run_id)} continues from save point {done.recovered_from} (now save {done.seq}); "
         f"the original records are kept in run {escape(done.kept_aside)}"

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     "--backend",
     default="memory",
     show_default=True,
-    help="memory, forgetful (loses data as a cache-like server may), sqlite, a store URL (postgresql://..., "
+    help="memory, forgetful (loses data as a cache-like server may), encrypted (memory, encrypted at rest), "
+    "sqlite, a store URL (postgresql://..., "
     "redis://..., s3://...), or module:factory / file.py:factory returning a fresh store for each schedule.",
 )
 @click.option(

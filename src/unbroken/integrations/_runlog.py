@@ -4,9 +4,9 @@ A log is an unbroken run: its items are the run's ``messages`` (each written exa
 an append costs the size of what it adds, not of the log) and a small JSON ``head`` dict rides
 in ``business_state``. Appends are atomic and conditional on the position this process last
 saw, so two writers cannot interleave; a reload picks up another process's appends. Only
-``load``, ``append``, ``rewrite``, ``delete_run``, ``list_runs`` and ``read_head`` of the
-store are used, so re-pointing the integrations at a new store seam means changing this file
-alone.
+``load``, ``append``, ``rewrite``, ``delete_run``, ``list_runs``, ``read_head`` and (through
+``missing.check_never_saved``) ``ledger_list`` of the store are used, so re-pointing the
+integrations at a new store seam means changing this file alone.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import replace
 from .. import clock
 from ..codec import Encoder, encode_full
 from ..errors import ConcurrentSave, RunNotFound
+from ..missing import check_never_saved
 from ..state import JSONValue, RunState, check_run_id
 from ..stores.base import Store
 
@@ -62,12 +63,16 @@ class RunLog:
         return self._state
 
     def refresh(self) -> None:
-        """Re-read the log from the store (after another process wrote to it)."""
+        """Re-read the log from the store (after another process wrote to it). A log with no
+        saves is empty, unless its effect ledger says it had some: then the store lost them,
+        and ``StoreDataLost`` is raised rather than starting the thread over
+        (``missing.check_never_saved``)."""
         with self._lock:
             self.generation += 1
             try:
                 state = self.store.load(self.run_id)
             except RunNotFound:
+                check_never_saved(self.store, self.run_id)
                 state = RunState(run_id=self.run_id, task=self.kind, provider=self.kind)
                 self._encoder = Encoder(messages_are_json=False)
             else:

@@ -308,10 +308,19 @@ def call_key(session: UnbrokenSession, call_id: str, name: str, arguments: str) 
     saved model answer that made it, its position among that answer's function calls, and the
     provider's id (which a server may reuse: ``call_0`` in every answer). The answer is saved
     before its tools run, so a resumed process derives the same key. An answer saved before
-    answers were numbered keeps the key it was run with (run and provider id)."""
+    answers were numbered keeps the key it was run with (run and provider id). With no saved
+    answer at all, ``ConfigError``: a key from the provider's id alone could name an earlier
+    call's entry, whose result the ledger would then hand back without running this one."""
     answer = session.log.head().get("model_answer")
-    number = answer.get("number") if isinstance(answer, dict) else None
-    if not isinstance(answer, dict) or not isinstance(number, int):
+    if not isinstance(answer, dict):
+        raise ConfigError(
+            f"tool call {call_id!r} ({name}) ran with no model answer saved for session {session.session_id!r}, "
+            "so it has no durable key; nothing was run. Durable tools run only for the answers of their "
+            "durable() agent's model: do not swap the model of a durable() agent (wrap the agent you run), "
+            "and do not clear the session or finish another run on it while a call runs"
+        )
+    number = answer.get("number")
+    if not isinstance(number, int):
         return idempotency_key(session.run_id, call_id)
     response = answer.get("response")
     output = response.get("output") if isinstance(response, dict) else None

@@ -8,6 +8,10 @@ from urllib.parse import parse_qs, urlsplit
 from ..errors import InvalidStoreURL
 from .base import Store
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..encryption import KeyProvider
+
 DEFAULT_STORE_URL = "sqlite:///unbroken.db"
 STORE_ENV_VAR = "UNBROKEN_STORE"
 
@@ -52,11 +56,42 @@ def _file_mode(options: dict[str, str], url: str) -> int:
     return mode
 
 
-def open_store(url: str | None = None) -> Store:
+_KEY_VARS = ("UNBROKEN_ENCRYPTION_KEY", "UNBROKEN_ENCRYPTION_KEY_FILE", "UNBROKEN_ENCRYPTION_OLD_KEYS")
+KEY_STORE_ENV_VAR = "UNBROKEN_ENCRYPTION_KEY_STORE"
+
+
+def open_store(url: str | None = None, *, encryption: KeyProvider | None = None, key_store: str | None = None) -> Store:
     """Open the store named by ``url`` (default: ``$UNBROKEN_STORE``, else ``sqlite:///unbroken.db``).
 
     Raises ``InvalidStoreURL`` for a URL it cannot use and ``StoreUnavailable`` when the place
-    it names cannot be opened; creates the database file or directory when it is missing."""
+    it names cannot be opened; creates the database file or directory when it is missing.
+
+    ``encryption``: a key provider (``unbroken.encryption``) turns encryption at rest on
+    (``stores.encrypted``); without one, a key in ``$UNBROKEN_ENCRYPTION_KEY`` or a key file
+    named by ``$UNBROKEN_ENCRYPTION_KEY_FILE`` does. Neither: no encryption (runs that are
+    encrypted then refuse to load, naming the key id they need). ``key_store`` (default
+    ``$UNBROKEN_ENCRYPTION_KEY_STORE``, else the store itself): the URL of a store that keeps the
+    runs' wrapped data keys apart from the runs (docs/security.md)."""
+    keys_at = key_store or os.environ.get(KEY_STORE_ENV_VAR) or None
+    if encryption is None and not any(os.environ.get(name) for name in _KEY_VARS):
+        if key_store is not None:
+            raise InvalidStoreURL("key_store= keeps encryption keys: give encryption= (or UNBROKEN_ENCRYPTION_KEY) too")
+        return _open(url)
+    from ..encryption import keys_from_environment
+
+    keys = encryption if encryption is not None else keys_from_environment()
+    assert keys is not None
+    store = _open(url)
+    try:
+        from .encrypted import EncryptedStore
+
+        return EncryptedStore(store, keys, key_store=None if keys_at is None else _open(keys_at))
+    except BaseException:
+        store.close()
+        raise
+
+
+def _open(url: str | None) -> Store:
     if url is None:
         url = os.environ.get(STORE_ENV_VAR) or DEFAULT_STORE_URL
     if isinstance(url, str) and "://" not in url and url.partition(":")[0].isalpha() and ":" in url:
@@ -116,4 +151,4 @@ def open_store(url: str | None = None) -> Store:
     raise InvalidStoreURL(f"store URL {url!r} has unknown scheme {scheme!r}; {_HELP}")
 
 
-__all__ = ["DEFAULT_STORE_URL", "STORE_ENV_VAR", "Store", "open_store"]
+__all__ = ["DEFAULT_STORE_URL", "KEY_STORE_ENV_VAR", "STORE_ENV_VAR", "Store", "open_store"]

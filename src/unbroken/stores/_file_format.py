@@ -17,6 +17,7 @@ from ..codec import MAX_RECORD_BYTES, EncodedSave, dumps, loads
 from ..errors import CorruptCheckpoint
 from ..state import LedgerEntry, RunSummary
 from .backend import SealedEntry
+from .base import next_fence
 
 STORE_SCHEMA = 1
 MARKER = "unbroken-store.json"
@@ -244,8 +245,9 @@ def lease_state(run_dir: Path) -> tuple[str | None, int, float]:
     """(owner, fence, expires_at) of the run; (None, 0, 0.0) when it never had a lease.
 
     lease.json is replaced by rename, so it is never torn by a crash; if it is damaged
-    anyway, its fence is rebuilt from lease.prev.json (it is always one more), so the fence
-    never goes back."""
+    anyway, its fence is rebuilt as ``next_fence`` would have made it from lease.prev.json, on
+    the clock when lease.json was written (its time stamp, plus a second for a stamp that lags
+    the clock), so the fence never goes back."""
     try:
         lease = _read_json(run_dir / "lease.json")
         if lease is None:
@@ -259,4 +261,8 @@ def lease_state(run_dir: Path) -> tuple[str | None, int, float]:
         prev_fence = int(prev["fence"]) if prev is not None else 0
     except (ValueError, KeyError, TypeError):
         prev_fence = 0
-    return None, prev_fence + 1, 0.0
+    try:
+        written = (run_dir / "lease.json").stat().st_mtime + 1.0
+    except OSError:
+        written = 0.0
+    return None, next_fence(prev_fence, written), 0.0

@@ -92,7 +92,9 @@ return false
 # KEYS: head, queue. ARGV: owner, ttl, unclaimable phases, finished phases (comma-separated), run
 # id. Claims the run's lease iff its phase is claimable and nobody holds a live lease, on the
 # server's clock, in one step (so a run that finished a moment ago is never claimed again).
-# A finished run leaves the queue. Returns {fence, expires} or nil.
+# A finished run leaves the queue. The new fence is stores.base.next_fence (one more than the
+# stored one, never below the server's clock in us; doubles hold it exactly). Returns {fence,
+# expires, previous fence} or nil.
 CLAIM = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -109,10 +111,11 @@ if cur[1] then
     end
 end
 if cur[2] and cur[2] ~= '' and tonumber(cur[3] or '0') > now then return false end
-local fence = tostring(tonumber(cur[4] or '0') + 1)
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local fence = string.format('%.0f', math.max(tonumber(cur[4] or '0') + 1, floor))
 local expires = string.format('%.17g', now + tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], 'seq', cur[5] or '0', 'fence', fence, 'owner', ARGV[1], 'expires', expires)
-return {fence, expires}
+return {fence, expires, cur[4] or '0'}
 """
 
 # KEYS: rec. ARGV: after_seq, upto_seq. The list elements that may hold after < seq <= upto (the
@@ -148,4 +151,15 @@ local score = redis.call('ZSCORE', KEYS[1], ARGV[2])
 if not score or tonumber(score) ~= tonumber(ARGV[3]) then return false end
 local rank = redis.call('ZREVRANK', KEYS[1], ARGV[2])
 return redis.call('ZREVRANGE', KEYS[1], rank + 1, rank + tonumber(ARGV[1]), 'WITHSCORES')
+"""
+
+# KEYS: queue. ARGV: limit, cursor run id, cursor submitted_at. The next queued runs after the
+# cursor (score ascending, then run id ascending: the sorted set's own order) as a flat list
+# member, score, ...; false when the cursor's run is not in the queue at that time any more (the
+# caller then pages by score). O(log queue + limit). Read-only.
+QUEUE_AFTER = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[2])
+if not score or tonumber(score) ~= tonumber(ARGV[3]) then return false end
+local rank = redis.call('ZRANK', KEYS[1], ARGV[2])
+return redis.call('ZRANGE', KEYS[1], rank + 1, rank + tonumber(ARGV[1]), 'WITHSCORES')
 """

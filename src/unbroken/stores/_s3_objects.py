@@ -176,6 +176,22 @@ class Bucket:
             raise self._fail(f"listing {under}", exc) from exc
         return found
 
+    def names_after(self, under: str, start_after: str | None, limit: int) -> list[str]:
+        """Up to ``limit`` (at most 1,000) names under ``under`` that sort after ``start_after``
+        (None: from the first), in key order: one ListObjectsV2 request (StartAfter, MaxKeys)."""
+        options: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Prefix": self.key(under),
+            "MaxKeys": max(1, min(limit, 1000)),
+        }
+        if start_after is not None:
+            options["StartAfter"] = self.key(start_after)
+        try:
+            page = self.client().list_objects_v2(**options)
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            raise self._fail(f"listing {under}", exc) from exc
+        return [item["Key"][len(self.prefix) :] for item in page.get("Contents", [])][: max(limit, 0)]
+
     def delete(self, names: Sequence[str]) -> None:
         """Delete the objects (missing ones are fine), up to 1,000 per request."""
         for start in range(0, len(names), 1000):

@@ -26,10 +26,12 @@ from dataclasses import replace
 from typing import Self
 
 from .. import owners
+from ..acceptance import REFUSED
 from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, PackedRecords, Segment, StoredRecord, decode
 from ..errors import (
     ConcurrentSave,
     CorruptCheckpoint,
+    EncryptionKeyMissing,
     LeaseHeld,
     LeaseLost,
     RunNotFound,
@@ -70,7 +72,21 @@ CLAIM_PAGE = 64  # submissions a claim reads at a time
 SUGGEST_FROM = 500  # run ids a "did you mean" compares a missing one with: one bounded page
 _CAS_ATTEMPTS = 50  # a head only moves when someone saves or leases; 50 misses in a row is a fault
 
-__all__ = ["CAPABILITIES", "ClaimedRun", "Store", "data_lost"]
+__all__ = ["CAPABILITIES", "ClaimedRun", "Store", "data_lost", "next_fence"]
+
+
+def next_fence(previous: int, store_time: float) -> int:
+    """The fence a new holder of a run gets: above the run's stored fence, and never below the
+    store's clock in microseconds (``store_time``: a Unix time on the store's clock).
+
+    The floor is what survives a store that lost everything (a Redis restarted empty, a
+    database restored from an old backup): counting from the stored fence alone would hand a
+    new holder the number a live holder from before the loss still writes under. Every fence is
+    at most the store's clock (in us) when it was handed out, plus the number of acquisitions of
+    that run within one microsecond (each is several store round trips: none), so a fence handed
+    out after the loss is higher than any handed out before it, unless the store's clock went
+    back over the loss. An integer JSON carries exactly until the year 2255 (2**53 us)."""
+    return max(previous + 1, int(store_time * 1_000_000))
 
 
 def data_lost(
@@ -89,8 +105,12 @@ def data_lost(
         what = "its head is gone (the run has no lease, no save number, no fence any more)"
     elif head.fence < fence:
         what = f"its fence went back from {fence} to {head.fence}"
-    elif head.fence == fence and head.seq < expect_seq:
-        what = f"its save number went back from {expect_seq} to {head.seq} under this holder's own fence"
+    elif head.seq < expect_seq:
+        what = f"its save number went back from {expect_seq} to {head.seq}" + (
+            " under this holder's own fence"
+            if head.fence == fence
+            else f" and another holder took it (fence {head.fence})"
+        )
     elif head.fence == fence and owner is not None and head.owner is not None and head.owner != owner:
         what = f"its fence {fence} now names another holder ({head.owner}): fences restarted from nothing"
     else:
@@ -355,6 +375,10 @@ class Store:
             if exc.last_good_seq == 0 and not self.backend.records_after(run_id, 0):
                 raise self._not_found(run_id) from None
             raise
+        except EncryptionKeyMissing as exc:  # a sealed record read without keys: name the key it needs
+            from ._data_keys import needs_key
+
+            raise needs_key(self.backend, run_id, exc) from None
         if head is not None and decoded.problem is None and decoded.last_seq < head.seq:
             problem = (
                 f"save records {decoded.last_seq + 1}..{head.seq} of run {run_id!r} are missing "
@@ -393,8 +417,10 @@ class Store:
         if entry.run_id != run_id or (key is not None and entry.key != key):
             return None
         if sealed.checksum is not None and sealed.checksum != entry_checksum(entry):
+            refused = sealed.checksum.startswith(REFUSED)  # (a reader's own finding: ``acceptance.REFUSED``)
+            problem = sealed.checksum[len(REFUSED) :] if refused else "fails its checksum (edited or damaged)"
             raise CorruptCheckpoint(
-                f"effect ledger entry {entry.key!r} of run {run_id!r} fails its checksum (edited or damaged); "
+                f"effect ledger entry {entry.key!r} of run {run_id!r} {problem}; "
                 "nothing was changed. Restore it from a backup; its result is not given to the model",
                 last_good_seq=None,
             )
@@ -459,6 +485,11 @@ class Store:
                 break
         return page
 
+    def ledger_stored(self, run_id: str) -> int:
+        """How many ledger entries the run has as stored, damaged or unreadable ones included
+        (what an erase removes)."""
+        return len(self.backend.list_entries(check_run_id(run_id)))
+
     def ledger_gc(self, older_than: float) -> int:
         """Delete ledger entries last updated before ``older_than`` (a Unix time) that belong
         to finished runs; never those of a run that is still live. Returns how many."""
@@ -488,9 +519,9 @@ class Store:
             current = head or RunHead()
             if current.owner is not None and current.expires_at > now and current.owner not in (owner, takeover_from):
                 raise LeaseHeld(f"run {run_id!r} is held by {current.owner} for {current.expires_at - now:.1f}s more")
-            new = RunHead(current.seq, current.fence + 1, owner, now + ttl)
+            new = RunHead(current.seq, next_fence(current.fence, self.backend.store_time()), owner, now + ttl)
             if self.backend.swap_head(run_id, head, new):
-                return Lease(run_id, owner, new.fence, new.expires_at)
+                return Lease(run_id, owner, new.fence, new.expires_at, previous_fence=current.fence)
         raise StoreUnavailable(f"the lease of run {run_id!r} kept changing under {_CAS_ATTEMPTS} attempts; retry")
 
     def renew_lease(self, lease: Lease, ttl: float) -> Lease:
@@ -523,6 +554,40 @@ class Store:
         if head is None or head.owner is None or head.expires_at <= self.backend.lease_time():
             return None
         return Lease(run_id, head.owner, head.fence, head.expires_at)
+
+    def park(self, run_id: str, holder: str, seconds: float) -> bool:
+        """Hand a queued run's lease to ``holder`` (not a process: ``unbroken.lost``) for
+        ``seconds`` on the lease clock, with a new fence, so no worker claims it and its writer is
+        fenced off. False (nothing written) when the run is not queued for workers or ``holder``
+        holds it already. Durable when it returns; of racing callers the head's compare-and-set
+        decides."""
+        check_run_id(run_id)
+        if self._queue is None or self._queue.submission(run_id) is None:
+            return False
+        for _ in range(_CAS_ATTEMPTS):
+            head = self.backend.read_head(run_id)
+            if head is not None and head.owner == holder:
+                return False
+            current = head or RunHead()
+            fence = next_fence(current.fence, self.backend.store_time())
+            parked = RunHead(current.seq, fence, holder, self.backend.lease_time() + seconds)
+            if self.backend.swap_head(run_id, head, parked):
+                return True
+        raise StoreUnavailable(f"the head of run {run_id!r} kept changing under {_CAS_ATTEMPTS} attempts; retry")
+
+    def unpark(self, run_id: str, holder: str) -> RunHead | None:
+        """Lift a park by ``holder`` (``park``): the run's lease freed, with a new fence, so
+        workers may take it again. Returns the head as it is now, or None (nothing written) when
+        ``holder`` does not hold the run."""
+        check_run_id(run_id)
+        for _ in range(_CAS_ATTEMPTS):
+            head = self.backend.read_head(run_id)
+            if head is None or head.owner != holder:
+                return None
+            free = RunHead(head.seq, next_fence(head.fence, self.backend.store_time()), None, 0.0)
+            if self.backend.swap_head(run_id, head, free):
+                return free
+        raise StoreUnavailable(f"the head of run {run_id!r} kept changing under {_CAS_ATTEMPTS} attempts; retry")
 
     # ------------------------------------------------------------------ claiming (workers)
 
@@ -594,9 +659,9 @@ class Store:
             if self._queue.phase_of(queued.run_id) in blocked:
                 continue
             current = head or RunHead()
-            new = RunHead(current.seq, current.fence + 1, owner, now + ttl)
+            new = RunHead(current.seq, next_fence(current.fence, self.backend.store_time()), owner, now + ttl)
             if self.backend.swap_head(queued.run_id, head, new):
-                lease = Lease(queued.run_id, owner, new.fence, new.expires_at)
+                lease = Lease(queued.run_id, owner, new.fence, new.expires_at, previous_fence=current.fence)
                 claimed.append(ClaimedRun(queued.run_id, queued.task, queued.agent, lease))
         return claimed
 

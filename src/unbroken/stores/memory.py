@@ -176,6 +176,15 @@ class InMemoryBackend(QueueBackend):
         with self._lock:
             return sorted(self._queue.values(), key=lambda s: (s.submitted_at, s.run_id))
 
+    def submission(self, run_id: str) -> Submission | None:
+        with self._lock:
+            return self._queue.get(run_id)
+
+    def phase_of(self, run_id: str) -> str | None:
+        with self._lock:
+            run = self._runs.get(run_id)
+            return run.summary.phase if run is not None and run.summary is not None and run.records else None
+
 
 class InMemoryStore(Store):
     """``memory://``: a store in this process's memory (``Store``'s rules over ``InMemoryBackend``)."""

@@ -617,8 +617,8 @@ class PostgresBackend(QueueBackend):
         params = {"owner": owner, "ttl": float(ttl), "agent": agent, "limit": int(limit)}
         rows = self._run(lambda conn, _: conn.execute(Q["claim_runnable"], params).fetchall())
         return [
-            ClaimedRun(run_id, task, claimed_for, Lease(run_id, owner, fence, expires))
-            for run_id, task, claimed_for, fence, expires in rows
+            ClaimedRun(run_id, task, claimed_for, Lease(run_id, owner, fence, expires, previous_fence=previous))
+            for run_id, task, claimed_for, fence, expires, previous in rows
         ]
 
 

@@ -27,7 +27,6 @@ not supported (a save touches keys of several hash slots).
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -38,14 +37,13 @@ import redis
 from .. import crashpoints
 from ..codec import EncodedSave, PackedRecords, StoredRecord, dumps
 from ..errors import CorruptCheckpoint, InvalidStoreURL, StoreUnavailable
-from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunSummary
+from ..state import LedgerEntry, RunSummary
 from . import _redis_scripts as lua
+from ._redis_queue import RedisQueue, parse_submission
 from ._redis_settings import LEVELS, UNKNOWN, ServerSettings, assume_noeviction, check_durability, split_url, where_of
 from ._retry import retry_until_deadline
 from .backend import (
-    ClaimedRun,
     Durability,
-    QueueBackend,
     Reach,
     Refused,
     RunHead,
@@ -60,10 +58,10 @@ T = TypeVar("T")
 _TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
-class RedisBackend(QueueBackend):
+class RedisBackend(RedisQueue):
     """The primitives of a run store in a Redis database. Safe to share between threads; a
     forked child opens its own connections (redis-py's pool notices the fork). Declares
-    ``ServerCheck``, ``RawReads``, ``PackedReads`` and ``OneStepClaim``."""
+    ``ServerCheck``, ``RawReads``, ``PackedReads`` and ``OneStepClaim`` (``_redis_queue``)."""
 
     reach: Reach = "network"
 
@@ -94,7 +92,7 @@ class RedisBackend(QueueBackend):
             name: self._client.register_script(getattr(lua, name))
             for name in (
                 *("SWAP_HEAD", "WRITE_RECORD", "REPLACE_RECORDS", "WRITE_ENTRY", "ADD_SUBMISSION", "CLAIM"),
-                *("RECORDS_BETWEEN", "SUMMARIES_AFTER"),
+                *("RECORDS_BETWEEN", "SUMMARIES_AFTER", "QUEUE_AFTER"),
             )
         }
         self.durability = self.check_server()
@@ -453,47 +451,16 @@ class RedisBackend(QueueBackend):
         args = [submission.run_id, json.dumps(data), repr(float(submission.submitted_at))]
         script, keys = self._scripts["ADD_SUBMISSION"], [self._key("subs"), self._key("queue")]
         stored = self._call(lambda _: script(keys=keys, args=args))
-        return _parse_submission(submission.run_id, stored) if stored else None
-
-    def claim_in_one_step(
-        self, owner: str, ttl: float, *, agent: str | None, limit: int, blocked: frozenset[str]
-    ) -> list[ClaimedRun]:
-        """``Store.claim_runnable``'s rule with the phase (not in ``blocked``) and the lease
-        checked in the same script that takes the lease. Only queued runs not yet seen finished
-        are looked at (the script drops a finished run from the queue's order)."""
-        script = self._scripts["CLAIM"]
-        phases = (",".join(sorted(blocked)), ",".join(sorted(TERMINAL_PHASES)))
-        queued_ids = [_text(r) for r in self._call(lambda _: self._client.zrange(self._key("queue"), 0, -1))]
-        if not queued_ids:
-            return []
-        rows = self._call(lambda _: self._client.hmget(self._key("subs"), queued_ids))
-        claimed: list[ClaimedRun] = []
-        for run_id, row in zip(queued_ids, rows, strict=True):
-            if len(claimed) >= limit:
-                break
-            queued = _parse_submission(run_id, _raw(row)) if row is not None else None
-            if queued is None or (agent is not None and queued.agent != agent):
-                continue
-            keys = [self._key("head", run_id), self._key("queue")]
-            args = [owner, repr(float(ttl)), *phases, run_id]
-            got = self._call(functools.partial(_run_script, script, keys, args))
-            if got:
-                lease = Lease(run_id, owner, int(got[0]), float(got[1]))
-                claimed.append(ClaimedRun(run_id, queued.task, queued.agent, lease))
-        return claimed
+        return parse_submission(submission.run_id, stored) if stored else None
 
     def list_submissions(self) -> list[Submission]:
         rows = self._call(lambda _: self._client.hgetall(self._key("subs")))
-        queued = [_parse_submission(_text(run_id), _raw(value)) for run_id, value in rows.items()]
+        queued = [parse_submission(_text(run_id), _raw(value)) for run_id, value in rows.items()]
         return sorted(queued, key=lambda s: (s.submitted_at, s.run_id))
 
     def submission(self, run_id: str) -> Submission | None:
         value = self._call(lambda _: self._client.hget(self._key("subs"), run_id))
-        return _parse_submission(run_id, _raw(value)) if value is not None else None
-
-
-def _run_script(script: Any, keys: list[str], args: list[str], _: bool) -> Any:
-    return script(keys=keys, args=args)
+        return parse_submission(run_id, _raw(value)) if value is not None else None
 
 
 def _raw(value: bytes | str) -> bytes:
@@ -519,11 +486,6 @@ def _parse_entry(value: bytes) -> SealedEntry:
             last_good_seq=None,
         ) from exc
     return SealedEntry(entry, None if check == b"-" else check.decode())
-
-
-def _parse_submission(run_id: str, value: bytes) -> Submission:
-    data = json.loads(value)
-    return Submission(run_id, data["task"], data["agent"], float(data["submitted_at"]))
 
 
 class RedisStore(Store):

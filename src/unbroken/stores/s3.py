@@ -13,6 +13,7 @@ Layout under the prefix, per run::
                                 merged by doubling up to ``MAX_SEGMENT``)
     runs/RUN/led/KEY            one effect-ledger entry
     queue/RUN                   a submission for workers, written create-only
+    order/MICROS-RUN            empty, named to sort in queue order (``_s3_queue``)
 
 A save is two writes. First the record, create-only under a name no one else uses; then the head,
 by compare-and-set on its ETag (If-Match), moving ``seq`` to the new record only if the head's seq
@@ -33,7 +34,6 @@ import json
 import threading
 import uuid
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from .. import crashpoints, owners
@@ -42,6 +42,7 @@ from ..state import Lease, RunSummary
 from ._s3_layout import Head, empty_head, pack, parse_url, summary_json, unpack
 from ._s3_ledger import S3Ledger, sealed_json
 from ._s3_objects import Bucket, PreconditionFailed
+from ._s3_queue import S3Queue
 from .backend import (
     ClaimedRun,
     QueueBackend,
@@ -54,7 +55,7 @@ from .backend import (
     newest_snapshot_between,
     seal,
 )
-from .base import Store
+from .base import CLAIM_PAGE, Store, next_fence
 
 PACK_EVERY = 64
 """Loose records a run may have before the next save packs them into a segment."""
@@ -65,7 +66,7 @@ MISSING = "missing"  # the checksum of a record whose object is gone: it can nev
 _INDEX_PROBE = 64 * 1024  # bytes read first from a segment read in part: its index line, often some bodies
 
 
-class S3Backend(S3Ledger, QueueBackend):
+class S3Backend(S3Ledger, S3Queue, QueueBackend):
     """The primitives of a run store in an S3 bucket (or an S3-compatible service with
     conditional writes). Declares ``RawReads``, ``PackedReads`` and ``OneStepClaim``."""
 
@@ -85,6 +86,7 @@ class S3Backend(S3Ledger, QueueBackend):
         self._copied: set[str] = set()
         """Records whose pending ledger entries this process has copied to their objects."""
         self.objects.check_conditional_writes()
+        self.build_queue_order()
 
     def close(self) -> None:
         self.objects.close()
@@ -418,45 +420,39 @@ class S3Backend(S3Ledger, QueueBackend):
         names = self.objects.names(f"runs/{run_id}/")
         # The head goes last: a run whose other objects are half deleted still reads as damaged.
         names.sort(key=lambda name: name.endswith("/head"))
-        self.objects.delete([*names, f"queue/{run_id}"])
+        self.objects.delete([*names, *self._queue_names(run_id)])
         with self._lock:
             self._heads.pop(run_id, None)
             self._loose.pop(run_id, None)
 
     # ------------------------------------------------------------------ submissions
 
-    def add_submission(self, submission: Submission) -> Submission | None:
-        data = {"task": submission.task, "agent": submission.agent, "submitted_at": submission.submitted_at}
-        try:
-            self.objects.put(f"queue/{submission.run_id}", json.dumps(data).encode(), create_only=True)
-            return None
-        except PreconditionFailed:
-            found = self.objects.get(f"queue/{submission.run_id}")
-            return replace(submission, **json.loads(found[0])) if found is not None else None
-
     def claim_in_one_step(
         self, owner: str, ttl: float, *, agent: str | None, limit: int, blocked: frozenset[str]
     ) -> list[ClaimedRun]:
-        """``Store.claim_runnable``'s rule (``claimable``), with the phase read from the same head
-        version the compare-and-set replaces (so a run finishing meanwhile is never claimed again)."""
+        """``Store.claim_runnable``'s rule (``claimable``), a page of the queue at a time
+        (``_s3_queue``), with the phase read from the same head version the compare-and-set
+        replaces (so a run finishing meanwhile is never claimed again)."""
         claimed: list[ClaimedRun] = []
-        for queued in self.list_submissions():
-            if len(claimed) >= limit:
-                break
-            if agent is not None and queued.agent != agent:
-                continue
-            found = self._fetch_head(queued.run_id)
-            head = found[0] if found is not None else empty_head()
-            now = self.lease_time()
-            if (head["summary"] or {}).get("phase") in blocked:
-                continue
-            holder = head["owner"]
-            if not claimable(self._as_run_head(head), now, holder is not None and owners.owner_is_alive(holder)):
-                continue  # live, or its holder is alive on this host whatever the expiry says
-            new = {**head, "fence": int(head["fence"]) + 1, "owner": owner, "expires_at": now + ttl}
-            if self._put_head(queued.run_id, new, found[1] if found is not None else None):
-                lease = Lease(queued.run_id, owner, new["fence"], new["expires_at"])
-                claimed.append(ClaimedRun(queued.run_id, queued.task, queued.agent, lease))
+        for page in self.queue_from(None, CLAIM_PAGE):
+            for queued in page:
+                if len(claimed) >= limit:
+                    return claimed
+                if agent is not None and queued.agent != agent:
+                    continue
+                found = self._fetch_head(queued.run_id)
+                head = found[0] if found is not None else empty_head()
+                now = self.lease_time()
+                if (head["summary"] or {}).get("phase") in blocked:
+                    continue
+                holder = head["owner"]
+                if not claimable(self._as_run_head(head), now, holder is not None and owners.owner_is_alive(holder)):
+                    continue  # live, or its holder is alive on this host whatever the expiry says
+                fence = next_fence(int(head["fence"]), self.store_time())
+                new = {**head, "fence": fence, "owner": owner, "expires_at": now + ttl}
+                if self._put_head(queued.run_id, new, found[1] if found is not None else None):
+                    lease = Lease(queued.run_id, owner, fence, new["expires_at"], previous_fence=int(head["fence"]))
+                    claimed.append(ClaimedRun(queued.run_id, queued.task, queued.agent, lease))
         return claimed
 
     def list_submissions(self) -> list[Submission]:

@@ -52,7 +52,6 @@ PAGE_SIZE = 4096
 # Page size of NEW store files (an existing file keeps its own). Measured 2026-11-30 (10,000
 # turns): 1024 makes a save ~4% of a bare commit cheaper (smaller WAL frames) and the file 24%
 # smaller, but reading the run ~35% slower (more pages per record): 4096 keeps the load fast.
-_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 DURABILITY = {"full": "FULL", "normal": "NORMAL"}
 _MAX_SEQ = 2**63 - 1  # SQLite's largest integer: "no upper bound" for a seq
 KEEP_RECENT = 32
@@ -257,7 +256,9 @@ class SQLiteBackend(QueueBackend):
     # ------------------------------------------------------------------ head and clock
 
     def store_time(self) -> float:
-        return float(self._read(f"SELECT {_NOW}")[0][0])
+        # This machine's clock, read in-process: SQLite's julianday('now') is the same clock cut
+        # to milliseconds, too coarse for a fence's floor (stores.base.next_fence).
+        return clock.wall()
 
     def lease_time(self) -> float:
         return self._lease_clock.now()  # the boot clock: see _boot_lease_clock

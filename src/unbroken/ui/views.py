@@ -25,7 +25,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .. import ops, paging
+from .. import lost, ops, paging
 from ..codec import Decoded
 from ..errors import RunNotFound
 from ..leases import owner_is_dead
@@ -69,7 +69,7 @@ Listed = RunSummary | ops.QueuedRun
 
 
 def _phase(run: Listed) -> str:
-    return "queued" if isinstance(run, ops.QueuedRun) else run.phase
+    return run.phase  # a queued run's: queued, or data_lost when parked as lost
 
 
 def encode_cursor(key: tuple[float, str]) -> str:
@@ -146,14 +146,15 @@ class RunIndex:
         queued = isinstance(run, ops.QueuedRun)
         with self.lock:
             lease = None if queued else self.store.lease_of(run.run_id)
+        phase = lost.LOST_PHASE if lease is not None and lease.owner == lost.LOST_OWNER else _phase(run)
         return {
             "run_id": run.run_id,
             "task": run.task,
-            "phase": _phase(run),
+            "phase": phase,
             "turns": 0 if isinstance(run, ops.QueuedRun) else run.turns,
             "tokens_used": 0 if isinstance(run, ops.QueuedRun) else run.tokens_used,
             "updated_at": run.submitted_at if isinstance(run, ops.QueuedRun) else run.updated_at,
-            "needs_attention": _phase(run) in ATTENTION_PHASES,
+            "needs_attention": phase in ATTENTION_PHASES,
             "lease": _lease(lease, self.store),
         }
 
@@ -360,7 +361,8 @@ def run_page(details: RunDetails, run_id: str) -> dict[str, Any]:
         "queued": None,
         "task": state.task,
         "provider": state.provider,
-        "phase": state.phase,
+        "phase": lost.LOST_PHASE if view.lost else state.phase,
+        "lost": lost.refusal(run_id) if view.lost else None,
         "turns": state.turns,
         "tokens_used": state.tokens_used,
         "usage": state.usage,

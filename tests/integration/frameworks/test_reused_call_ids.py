@@ -126,7 +126,7 @@ def test_mcp_tools_two_purchases_with_reused_call_ids_are_two_charges(tmp_path: 
         open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store,
     ):
         agent = Agent(model=build_model("openai-chat", server.url), tools=connection.tools, store=store)
-        outputs = [agent.send("shopper", task).output for task in PURCHASES]
+        outputs = [agent.send("shopper", task, create=True).output for task in PURCHASES]
 
     paid = effects(state)
     assert [(e["account"], e["amount"]) for e in paid] == [("lamp", 40), ("chair", 40)]
@@ -205,3 +205,83 @@ def test_agents_sdk_an_answer_saved_before_answers_were_numbered_keeps_its_old_k
         assert call_key(session, "call_0", "buy", '{"item": "lamp"}') == occurrence_key(session.run_id, 3, 0, "call_0")
         with pytest.raises(ConfigError, match="not in the model answer"):
             call_key(session, "call_0", "buy", '{"item": "chair"}')
+
+
+def test_agents_sdk_a_durable_tool_with_no_saved_answer_refuses_and_charges_nothing(
+    tmp_path: Path, server: ProviderServer
+) -> None:
+    """The durable agent's model swapped for a plain one (``clone(model=...)``): no answer is
+    saved before the tools run, so the call has no durable key. A key from the provider's id
+    alone (``call_0`` in every answer here) would make the second purchase reuse the first's
+    ledger entry and answer "charged for lamp" without charging; the tool refuses instead."""
+    from agents import Agent, OpenAIResponsesModel, function_tool, set_tracing_disabled
+    from agents.exceptions import UserError
+    from openai import AsyncOpenAI
+
+    from unbroken.errors import ConfigError
+
+    set_tracing_disabled(True)
+    server.responder = responses_reusing_call_0
+    shop = Shop()
+
+    @function_tool
+    def buy(item: str) -> str:
+        """Charge the card for an item (not idempotent)."""
+        return shop.charge(item, current_call().idempotency_key)
+
+    client = AsyncOpenAI(base_url=server.url + "/v1", api_key="test-key", max_retries=0)
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    session = UnbrokenSession("shopper", store)
+    wrapped = durable(Agent(name="clerk", tools=[buy], model=OpenAIResponsesModel("gpt-test", client)), session)
+    agent = wrapped.clone(model=OpenAIResponsesModel("gpt-test", client))  # answers no longer saved
+
+    with pytest.raises(UserError, match="no model answer saved for session 'shopper'") as refused:
+        asyncio.run(run_durably(agent, PURCHASES[0], session=session))  # the SDK wraps a tool's error
+    ledger = store.ledger_list(session.run_id)
+    store.close()
+
+    assert isinstance(refused.value.__cause__, ConfigError)
+    assert "nothing was run" in str(refused.value)
+    assert shop.charges == [] and ledger == []
+
+
+def test_agents_sdk_a_session_whose_saves_the_store_lost_is_refused_not_started_over(
+    tmp_path: Path, server: ProviderServer
+) -> None:
+    """The session bought a lamp; the store then lost the session's saves but kept its effect
+    ledger (a partial loss). A new process running the same input would start the session from
+    nothing and buy the lamp again; it gets ``StoreDataLost`` instead, and nothing is charged."""
+    from agents import Agent, OpenAIResponsesModel, function_tool, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    from unbroken.errors import StoreDataLost
+
+    set_tracing_disabled(True)
+    server.responder = responses_reusing_call_0
+    shop = Shop()
+
+    @function_tool
+    def buy(item: str) -> str:
+        """Charge the card for an item (not idempotent)."""
+        return shop.charge(item, current_call().idempotency_key)
+
+    client = AsyncOpenAI(base_url=server.url + "/v1", api_key="test-key", max_retries=0)
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+
+    def shop_once() -> str:
+        session = UnbrokenSession("shopper", store)  # a new handle: as a new process would open it
+        agent = durable(Agent(name="clerk", tools=[buy], model=OpenAIResponsesModel("gpt-test", client)), session)
+        return str(asyncio.run(run_durably(agent, PURCHASES[0], session=session)).final_output)
+
+    assert shop_once() == "Done: charged for lamp (charge 1)"
+    run_id = UnbrokenSession("shopper", store).run_id
+    entries = store.ledger_list(run_id)
+    store.delete_run(run_id)
+    for entry in entries:  # the store kept the ledger and lost the saves
+        store.ledger_put(entry)
+
+    with pytest.raises(StoreDataLost, match="effect ledger holds 1 entry"):
+        shop_once()
+    store.close()
+
+    assert [item for item, _ in shop.charges] == ["lamp"]

@@ -25,6 +25,7 @@ from unbroken.errors import InsufficientDurability, LeaseLost, RunNotFound, Stor
 from unbroken.stores import open_store
 from unbroken.stores.base import Store
 from unbroken.stores.redis import RedisStore
+from unbroken.testing.contract._support import RunWriter, ledger_entry
 
 PREFIX = "lost"
 CHARGES = 6
@@ -260,3 +261,33 @@ def test_unbroken_resume_of_a_run_the_server_lost_exits_with_run_not_found(
     assert "run-cli" in result.output and "no run" in result.output
     with open_store(url) as store:
         assert not store.exists("run-cli")  # nothing was started in its place
+
+
+def test_a_holder_from_before_a_restart_without_data_is_refused_after_a_new_holder_took_the_run(
+    empty_on_restart_redis: DurableRedis,
+) -> None:
+    """Fences do not restart with an emptied server (``stores.base.next_fence``, and the claim
+    script): the new holder's fence is above the old one's, so the old holder, alive through the
+    restart and with nothing saved yet (its expected save number is the new holder's too), has
+    its save, its ledger write and its renewal refused, and nothing of it is stored."""
+    server = empty_on_restart_redis
+    store = open_store(store_url(server.url, PREFIX, "none") + "&retry_for=20")
+    zombie = store.acquire_lease("run-zombie", "worker-a", 60.0)
+    server.kill()
+    server.start()  # back empty: no head, no fence
+    store.submit("t", "run-claimed")
+    fresh = store.acquire_lease("run-zombie", "worker-b", 60.0)
+    (claimed,) = store.claim_runnable("worker-c", 60.0)
+
+    with pytest.raises(LeaseLost, match="refused"):
+        RunWriter(store, "run-zombie").turn(1, fence=zombie.fence)
+    with pytest.raises(LeaseLost):
+        store.ledger_put(ledger_entry("run-zombie"), fence=zombie.fence)
+    with pytest.raises(LeaseLost):
+        store.renew_lease(zombie, 60.0)
+
+    assert fresh.fence > zombie.fence and claimed.lease.fence > zombie.fence
+    assert store.backend.records_after("run-zombie", 0) == []
+    assert store.ledger_list("run-zombie") == []
+    assert store.lease_of("run-zombie") == fresh
+    store.close()

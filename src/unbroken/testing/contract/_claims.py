@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from ...errors import RunNotFound, RunQueued, TaskMismatch, Unsupported
+from ...errors import LeaseLost, RunNotFound, RunQueued, StoreDataLost, TaskMismatch, Unsupported
+from ...lost import park, release
 from ...state import RunSummary
 from ...stores.base import ClaimedRun, Store
 from ._base import ContractBase
@@ -35,6 +36,19 @@ class ClaimContract(ContractBase):
             assert [c.run_id for c in store.claim_runnable("worker-a", LONG_TTL)] == [run_id]
         else:
             assert not _claims(store)
+
+    def test_a_run_parked_as_lost_is_never_claimed_until_an_operator_releases_it(self, store: Store) -> None:
+        if not _claims(store):
+            return
+        store.submit("task", "run-parked")
+        store.submit("task", "run-next")
+
+        assert park(store, "run-parked") and not park(store, "run-parked")  # once
+        taken = [c.run_id for c in store.claim_runnable("worker-a", LONG_TTL, limit=5)]
+        release(store, "run-parked")
+        again = [c.run_id for c in store.claim_runnable("worker-b", LONG_TTL, limit=5)]
+
+        assert (taken, again) == (["run-next"], ["run-parked"])
 
     def test_submit_twice_with_the_same_task_is_safe_and_queues_one_run(self, store: Store) -> None:
         if not _claims(store):
@@ -118,6 +132,25 @@ class ClaimContract(ContractBase):
         assert second.run_id == "run-expired-claim"
         assert second.lease.owner == "worker-b"
         assert second.lease.fence > first.lease.fence
+
+    def test_a_claim_after_the_store_lost_everything_gets_a_fence_above_the_old_holders(self, store: Store) -> None:
+        """A claim's fence has the floor of every new fence (``stores.base.next_fence``): the
+        store's clock in microseconds, so a holder from before a total loss is refused."""
+        if not _claims(store):
+            return
+        store.submit("t", "run-claim-lost")
+        (first,) = store.claim_runnable("worker-a", LONG_TTL)
+        RunWriter(store, "run-claim-lost", task="t").turn(1, fence=first.lease.fence)
+        store.delete_run("run-claim-lost")  # the server came back empty...
+        store.submit("t", "run-claim-lost")  # ...and the run was queued again
+
+        (second,) = store.claim_runnable("worker-b", LONG_TTL)
+
+        assert second.lease.fence > first.lease.fence
+        assert second.lease.previous_fence == 0
+        with pytest.raises((LeaseLost, StoreDataLost)):
+            RunWriter(store, "run-claim-lost", task="t").turn(1, fence=first.lease.fence)
+        assert store.records_since("run-claim-lost", 0) == []
 
     @pytest.mark.parametrize("phase", ["completed", "failed", "max_turns", "paused", "awaiting_approval"])
     def test_a_finished_or_paused_run_is_never_claimed(self, store: Store, phase: str) -> None:

@@ -4,7 +4,8 @@ A server restarted without its data, keys evicted under memory pressure, a run d
 its holder: every later write or renewal of the holder is refused, and the refusal says the
 data was lost (side effects may repeat), never "another worker took the run" (``LeaseLost``).
 The suite loses the data with ``delete_run`` (the head, the records and the ledger at once, as
-an emptied server would) and, to make fences restart, takes the run again from nothing.
+an emptied server would), then takes the run again from nothing (a fence that is still higher:
+``next_fence``) or writes a head as an old backup would hold it (a fence that went back).
 """
 
 from __future__ import annotations
@@ -73,12 +74,12 @@ class DataLostContract(ContractBase):
         assert store.ledger_get("run-lost-ledger", entry.key) is None
 
     def test_a_fence_that_went_backwards_is_store_data_lost_and_the_new_run_is_untouched(self, store: Store) -> None:
-        for _ in range(2):  # the holder's fence is 3
+        for _ in range(2):  # the holder's fence is the third handed out
             store.acquire_lease("run-lost-fence", "worker-a", LONG_TTL)
         run, lease = self._held_run(store, "run-lost-fence")
         store.delete_run("run-lost-fence")
-        fresh = store.acquire_lease("run-lost-fence", "worker-b", LONG_TTL)  # fences restart from nothing
-        RunWriter(store, "run-lost-fence", task="started again").turn(1, fence=fresh.fence)
+        store.backend.swap_head("run-lost-fence", None, RunHead(0, 1, None, 0.0))  # a head from an old backup
+        RunWriter(store, "run-lost-fence", task="restored").turn(1)
         before = store.read_records("run-lost-fence")
 
         with pytest.raises(StoreDataLost) as lost:
@@ -86,21 +87,55 @@ class DataLostContract(ContractBase):
         with pytest.raises(StoreDataLost):
             store.renew_lease(lease, LONG_TTL)
 
-        assert fresh.fence < lease.fence
         assert "went back" in str(lost.value)
         assert store.read_records("run-lost-fence") == before
 
-    def test_the_same_fence_under_another_holder_after_a_loss_is_store_data_lost(self, store: Store) -> None:
+    def test_a_new_holder_after_a_restore_from_an_old_backup_gets_a_fence_above_the_live_holders(
+        self, store: Store
+    ) -> None:
+        """The restored head holds an old, low fence; the next holder's is still above the live
+        holder's (``next_fence``), whose save is then refused as lost data (its save number
+        went back under another holder)."""
+        run, lease = self._held_run(store, "run-lost-restore", turns=2)
+        store.delete_run("run-lost-restore")
+        store.backend.swap_head("run-lost-restore", None, RunHead(0, 1, None, 0.0))  # the backup's head
+        RunWriter(store, "run-lost-restore", task="restored").turn(1)
+
+        fresh = store.acquire_lease("run-lost-restore", "worker-b", LONG_TTL)
+
+        assert fresh.fence > lease.fence and fresh.previous_fence == 1
+        with pytest.raises(StoreDataLost, match="save number went back from 2 to 1 and another holder took it"):
+            run.turn(3, fence=lease.fence)
+
+    def test_a_new_holder_after_a_total_loss_gets_a_higher_fence_and_the_old_holder_is_refused(
+        self, store: Store
+    ) -> None:
+        """Fences do not restart from nothing after the store lost everything (a server
+        restarted empty): the next one is never below the store's clock in microseconds
+        (``next_fence``), so a holder from before the loss can never share the new holder's."""
         run, lease = self._held_run(store, "run-lost-same", turns=3)
         store.delete_run("run-lost-same")
         fresh = store.acquire_lease("run-lost-same", "worker-b", LONG_TTL)
         RunWriter(store, "run-lost-same", task="started again").turn(1, fence=fresh.fence)
+        before = store.read_records("run-lost-same")
 
-        assert fresh.fence == lease.fence  # a fence number alone cannot tell the two holders apart
-        with pytest.raises(StoreDataLost):
+        assert fresh.fence > lease.fence
+        with pytest.raises((LeaseLost, StoreDataLost)):
             run.turn(4, fence=lease.fence)
-        with pytest.raises(StoreDataLost):
+        with pytest.raises((LeaseLost, StoreDataLost)):
             store.renew_lease(lease, LONG_TTL)
+        with pytest.raises((LeaseLost, StoreDataLost)):
+            store.ledger_put(ledger_entry("run-lost-same", "call_late"), fence=lease.fence)
+        assert store.read_records("run-lost-same") == before
+
+    def test_the_old_holder_of_a_run_lost_and_saved_again_is_told_the_data_was_lost(self, store: Store) -> None:
+        run, lease = self._held_run(store, "run-lost-seq", turns=3)
+        store.delete_run("run-lost-seq")
+        fresh = store.acquire_lease("run-lost-seq", "worker-b", LONG_TTL)
+        RunWriter(store, "run-lost-seq", task="started again").turn(1, fence=fresh.fence)
+
+        with pytest.raises(StoreDataLost, match="save number went back from 3 to 1"):
+            run.turn(4, fence=lease.fence)
 
     def test_a_takeover_is_still_lease_lost_not_store_data_lost(self, store: Store) -> None:
         run, lease = self._held_run(store, "run-lost-takeover")

@@ -46,6 +46,9 @@ _RUN_ID_CALLS: dict[str, Callable[[Store, str], object]] = {
     "newest_snapshot": lambda store, run_id: store.newest_snapshot(run_id),
     "queued": lambda store, run_id: store.queued(run_id),
     "submit": lambda store, run_id: store.submit("t", run_id),
+    "park": lambda store, run_id: store.park(run_id, "holder", 60.0),
+    "unpark": lambda store, run_id: store.unpark(run_id, "holder"),
+    "ledger_stored": lambda store, run_id: store.ledger_stored(run_id),
 }
 """Every public ``Store`` method that takes a run id (a test below keeps the list whole)."""
 
@@ -64,7 +67,7 @@ class RunIdContract(ContractBase):
         so each of them must be in ``_RUN_ID_CALLS``, and a new one cannot be forgotten."""
         doors = {
             name
-            for name, member in inspect.getmembers(type(store), inspect.isfunction)
+            for name, member in inspect.getmembers(Store, inspect.isfunction)
             if not name.startswith("_") and "run_id" in inspect.signature(member).parameters
         }
         assert doors <= set(_RUN_ID_CALLS), sorted(doors - set(_RUN_ID_CALLS))

@@ -254,6 +254,13 @@ CHECKS: tuple[Callable[[World], list[Violation]], ...] = (
 )
 
 
+SURVIVE_LOSS = frozenset({"fences_unique", "no_stale_writes"})
+"""Invariants that hold even after the store lost what its durability lets it lose (a restart
+losing the last second, or everything): fences never restart from nothing
+(``stores.base.next_fence``), so no fence is handed out twice and no holder from before the
+loss writes after it. A schedule with a loss that breaks one of these fails."""
+
+
 def check(world: World) -> list[Violation]:
     """Every invariant over the world as the schedule left it."""
     found: list[Violation] = []

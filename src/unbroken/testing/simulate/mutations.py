@@ -17,7 +17,7 @@ from ...model import ProposedCall
 from ...state import ToolCall, idempotency_key
 from ...stores import _redis_settings, base
 from ...stores.memory import InMemoryStore
-from .lossy import evicting
+from .lossy import ForgetfulStore, evicting
 
 
 @contextmanager
@@ -121,6 +121,13 @@ def no_eviction_check() -> AbstractContextManager[None]:
     return _patched(_redis_settings, "check_eviction", lambda policy, where, *, assumed_safe: None)
 
 
+def fences_from_nothing() -> AbstractContextManager[None]:
+    """``stores.base.next_fence`` counts from the stored fence alone (no floor from the store's
+    clock): after a store lost everything, fences restart at 1, and a new holder may get the
+    fence a live holder from before the loss still writes under."""
+    return _patched(base, "next_fence", lambda previous, store_time: previous + 1)
+
+
 MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "lease_check": no_lease_check,
     "grace": no_grace,
@@ -130,12 +137,14 @@ MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "usage_guard": naive_usage,
     "write_time_check": no_write_time_check,
     "durability_preconditions": no_eviction_check,
+    "fence_floor": fences_from_nothing,
 }
 """Each switched-off defence, by name."""
 
-STORES: dict[str, Callable[[], base.Store]] = {"durability_preconditions": evicting}
+STORES: dict[str, Callable[[], base.Store]] = {"durability_preconditions": evicting, "fence_floor": ForgetfulStore}
 """The store a defence's row is played on, when not a fresh ``InMemoryStore`` (an evicting
-server: with the check on, the world refuses it at open; off, it evicts run keys)."""
+server: with the check on, the world refuses it at open; off, it evicts run keys; a forgetful
+one, whose restarts lose data: fences must not restart with it)."""
 
 
 def store_of(name: str) -> Callable[[], base.Store]:

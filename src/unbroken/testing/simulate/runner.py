@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from ...stores.base import Store
 from ...stores.memory import InMemoryStore
-from .invariants import Violation, check
+from .invariants import SURVIVE_LOSS, Violation, check
 from .schedule import Action, draw
 from .script import draw_script
 from .world import Scenario, World, draw_scenario
@@ -30,7 +30,8 @@ class Outcome:
     trace: list[str] = field(default_factory=list)
     after_loss: list[Violation] = field(default_factory=list)
     """Invariants broken in a schedule where the store lost data its durability lets it lose:
-    the cost of that durability, reported apart (``violations`` is then empty)."""
+    the cost of that durability, reported apart (``violations`` then holds only those that no
+    loss excuses, ``invariants.SURVIVE_LOSS``)."""
 
     @property
     def failed(self) -> bool:
@@ -56,7 +57,8 @@ def play(scenario: Scenario, actions: list[Action], store: StoreFactory = InMemo
         world.play(actions)
         violations = check(world)
         if world.journal.losses:
-            return Outcome(seed, actions, [], world.journal.trace, after_loss=violations)
+            kept = [violation for violation in violations if violation.invariant in SURVIVE_LOSS]
+            return Outcome(seed, actions, kept, world.journal.trace, after_loss=violations)
         return Outcome(seed, actions, violations, world.journal.trace)
     finally:
         world.close()

@@ -1,5 +1,6 @@
 """Which store the schedules run on: ``memory`` (a fresh one per schedule), ``forgetful`` (a
-fresh in-memory one that loses data as a cache-like server may, ``lossy.py``), ``sqlite`` (one
+fresh in-memory one that loses data as a cache-like server may, ``lossy.py``), ``encrypted`` (a
+fresh in-memory one with encryption at rest on: ``stores.encrypted``), ``sqlite`` (one
 file in a temporary directory), a store URL (``postgresql://...``, ``redis://...``,
 ``s3://...``: one shared store), or ``module:factory`` / ``path/to/file.py:factory`` naming
 your own function that returns a store (called once per schedule; return a fresh store, or
@@ -7,6 +8,7 @@ your own function that returns a store (called once per schedule; return a fresh
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -30,6 +32,13 @@ def store_factory(spec: str) -> Iterator[StoreFactory]:
         return
     if spec == "forgetful":
         yield ForgetfulStore
+        return
+    if spec == "encrypted":
+        from ...encryption import LocalKeys
+        from ...stores.encrypted import EncryptedStore
+
+        keys = LocalKeys(os.urandom(32))
+        yield lambda: EncryptedStore(InMemoryStore(), keys)
         return
     scratch: Path | None = None
     if spec == "sqlite":

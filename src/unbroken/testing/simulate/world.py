@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ... import crashpoints, leases, owners
-from ...codec import EncodedSave
+from ...codec import EncodedSave, encode_full
 from ...errors import UnbrokenError, UnloadableState
 from ...runner import Agent
-from ...state import TERMINAL_PHASES
+from ...state import TERMINAL_PHASES, RunState
 from ...stores.backend import RunHead
 from ...stores.base import Store
 from .clocks import EPOCH, ProcessClock
@@ -53,6 +53,10 @@ class Scenario:
     """Concurrent tools finish newest first (else oldest first)."""
     agent_options: dict[str, Any] = field(default_factory=dict)
     """Options of the simulated ``Agent`` (unknown-outcome policy, snapshot interval, attempts)."""
+    saved_by_version: int | None = None
+    """When set, each run is stored before the schedule as an agent of that (older)
+    ``business_state_version`` saved it, so the first process to open it migrates it
+    (``ODD_CONFIG``: a migration that returns no object)."""
 
 
 @dataclass
@@ -82,7 +86,7 @@ class Journal:
     ended with that clear error."""
     refused: set[str] = field(default_factory=set)
     """Runs whose save the write-time check refused (``UnloadableState``) because the world
-    configured the agent with a value no load accepts (``ODD_CONFIG``): each ended with that clear
+    configured the agent with a migration whose result no load accepts (``ODD_CONFIG``): each ended with that clear
     error, nothing unloadable was written, so it counts as finished."""
     trace: list[str] = field(default_factory=list)
 
@@ -122,9 +126,10 @@ class World:
         ]
         self._fences: dict[str, int] = {}
         self._forgetful = store if isinstance(store, Forgetful) else None
-        self.misconfigured = self.agent.business_state_version in ODD_CONFIG
-        """The agent was given a value no load accepts: its refused saves are the right outcome
-        (any other ``UnloadableState`` leaves the run stuck, which ``runs_finish`` reports)."""
+        self.misconfigured = scenario.saved_by_version is not None
+        """The agent was given a migration whose result no load accepts: its refused saves are
+        the right outcome (any other ``UnloadableState`` leaves the run stuck, which
+        ``runs_finish`` reports)."""
         self.journal.store_refused = opened(store)
         self._phases: dict[str, tuple[int, str | None]] = {}
         self._armed: dict[tuple[int, str], tuple[str, float]] = {}
@@ -405,6 +410,26 @@ class World:
         self._phases.clear()
         self.journal.losses.append(f"the store lost {what} at {self.now - EPOCH:.1f}s")
         self.journal.trace.append(self.journal.losses[-1])
+        self.advance(RESTART_SECONDS)
+
+    def _save_as_older_version(self, version: int) -> None:
+        """Store each run's first save point as an agent of ``version`` wrote it (a deploy
+        since then bumped ``business_state_version``): the next process to open it migrates."""
+        model = self.agent.model
+        for run_id in self.run_ids:
+            task = self.tasks[run_id]
+            state = RunState(
+                run_id=run_id,
+                task=task,
+                provider=model.provider,
+                messages=list(model.start_messages(task)),
+                business_state_version=version,
+                save_seq=1,
+                created_at=self.now,
+                updated_at=self.now,
+            )
+            self.store.append(encode_full(state, "start"), expect_seq=0)
+        self.journal.trace.append(f"each run was saved by an agent of business_state_version {version}")
 
     def play(self, actions: list[Action], *, drain_steps: int = 400) -> None:
         """Play ``actions``, then let every process recover (no more faults) until every run is
@@ -413,6 +438,8 @@ class World:
         if self.journal.store_refused is not None:
             self.journal.trace.append(f"the store was refused at open: {self.journal.store_refused}")
             return
+        if self.scenario.saved_by_version is not None:
+            self._save_as_older_version(self.scenario.saved_by_version)
         with self._seams():
             while self._cursor < len(self._actions):
                 action = self._actions[self._cursor]
@@ -477,12 +504,23 @@ class World:
             leases.owner_is_dead, owners.owner_is_alive = real_dead, real_alive
 
 
-ODD_CONFIG: tuple[int, ...] = (-1, 2**53)
-"""``business_state_version`` values an operator may configure that JSON carries but no load
-accepts (``acceptance.accept_fields``): what the write-time check (``codec.accept_before_save``)
-must refuse before the first save is acknowledged."""
+RESTART_SECONDS = 0.01
+"""How long a store service's restart takes (a real one takes longer): store time moves on, as
+it does past every real restart, which is what a fence's floor relies on (``next_fence``)."""
+
+
+def _not_an_object(business_state: dict[str, Any]) -> Any:
+    return [business_state]  # a migration bug: the state wrapped in a list
+
+
+ODD_CONFIG: dict[str, Any] = {"business_state_version": 2, "business_state_migrations": {1: _not_an_object}}
+"""Agent options an operator may configure that lead to a state no load accepts
+(``acceptance.accept_fields``: ``business_state`` must be an object): a migration from version 1
+that returns a list, run on runs saved at version 1 (``Scenario.saved_by_version``). The
+write-time check (``codec.accept_before_save``) must refuse the migrated save before it is
+acknowledged. (An out-of-range ``business_state_version`` is refused when the ``Agent`` is built.)"""
 ODD_CONFIG_RATE = 0.04
-"""How often a scenario's agent is configured with one of them."""
+"""How often a scenario's agent is configured so."""
 
 
 def draw_scenario(
@@ -497,10 +535,18 @@ def draw_scenario(
         "max_attempts": rng.choice((1, 3, 3)),
     }
     config = random.Random(f"{name}:config")  # its own stream: the rest of the seed draws as before
-    if config.random() < ODD_CONFIG_RATE:
-        options["business_state_version"] = config.choice(ODD_CONFIG)
+    odd = config.random() < ODD_CONFIG_RATE
+    if odd:
+        options.update(ODD_CONFIG)
     concurrent = tuple(rng.random() < 0.4 for _ in hosts)
     last_first = rng.random() < 0.5
     return Scenario(
-        runs, hosts, script(rng), name=name, concurrent=concurrent, last_first=last_first, agent_options=options
+        runs,
+        hosts,
+        script(rng),
+        name=name,
+        concurrent=concurrent,
+        last_first=last_first,
+        agent_options=options,
+        saved_by_version=1 if odd else None,
     )

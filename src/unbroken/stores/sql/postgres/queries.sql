@@ -199,9 +199,10 @@ SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
 -- name: claim_runnable
 -- Workers race here: SKIP LOCKED makes each skip the rows another is claiming right now. The
 -- phase list is base.UNCLAIMABLE_PHASES (a test checks it) and matches the unbroken_runs_runnable
--- index predicate word for word (so the planner can use the index).
+-- index predicate word for word (so the planner can use the index). The new fence is
+-- stores.base.next_fence: one more than the stored one, never below the server's clock in us.
 WITH picked AS (
-    SELECT run_id FROM unbroken_runs
+    SELECT run_id, fence AS previous_fence FROM unbroken_runs
      WHERE submitted_at IS NOT NULL
        AND (phase IS NULL OR phase NOT IN ('awaiting_approval', 'completed', 'failed', 'max_turns', 'paused'))
        AND (%(agent)s::text IS NULL OR agent = %(agent)s::text)
@@ -211,11 +212,13 @@ WITH picked AS (
      FOR UPDATE SKIP LOCKED
 )
 UPDATE unbroken_runs AS r
-   SET fence = r.fence + 1, owner = %(owner)s,
+   SET fence = GREATEST(r.fence + 1, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint),
+       owner = %(owner)s,
        lease_expires = clock_timestamp() + make_interval(secs => %(ttl)s)
   FROM picked
  WHERE r.run_id = picked.run_id
-RETURNING r.run_id, r.task, r.agent, r.fence, extract(epoch FROM r.lease_expires)::double precision
+RETURNING r.run_id, r.task, r.agent, r.fence, extract(epoch FROM r.lease_expires)::double precision,
+          picked.previous_fence
 
 -- name: server_durability
 -- What an acknowledged save depends on (checked at open and at every lease acquisition).
