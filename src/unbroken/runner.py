@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
@@ -29,7 +28,7 @@ from .leases import Heartbeat, make_owner, take_lease
 from .model import Model
 from .resources import Opener
 from .session import RunResult, RunSession
-from .state import JSONValue, RunState, check_run_id, check_task
+from .state import JSONValue, RunState, check_run_id, check_task, new_run_id
 from .stores.base import Store
 from .tools import Tool, as_tool
 
@@ -302,7 +301,7 @@ class Agent:
         """Take the run's lease (heartbeat running), open or start the run; release on exit."""
         started = time.perf_counter()
         store = store if store is not None else self.store
-        run_id = check_run_id(run_id) if run_id is not None else f"run-{uuid.uuid4().hex[:12]}"
+        run_id = check_run_id(run_id) if run_id is not None else new_run_id()
         check_task(task)
         if task is None and not store.exists(run_id):
             raise RunNotFound(f"no run {run_id!r} to resume in {store.url}; give a task to start it")

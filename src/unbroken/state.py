@@ -485,6 +485,13 @@ def check_run_id(run_id: object) -> str:
 _CHECKED_RUN_IDS: set[str] = set()
 
 
+def new_run_id() -> str:
+    """A fresh run id for a run started without one: ``run-`` and 12 random hex digits."""
+    import os
+
+    return f"run-{os.urandom(6).hex()}"
+
+
 def check_task(task: object) -> None:
     """Raise ``InvalidTask`` naming the type unless ``task`` is a string or None (resume): checked
     before anything is written, so a dict passed as the task is never half-saved or bound to SQL."""
