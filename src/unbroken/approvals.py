@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from . import clock, crashpoints, hooks
+from . import clock, crashpoints, emitters
 from .codec import Encoder, canonical_hash
 from .errors import ApprovalError, ApprovalExpired, ConfigError
 from .leases import acquire, make_owner
@@ -130,7 +130,7 @@ def gate(session: RunSession, calls: list[ToolCall]) -> bool:
         state.phase = "awaiting_approval"
         session.save("approval_requested", force_snapshot=True)
     for call in asked:
-        hooks.approval_requested(session, call, approvals[call.idempotency_key])
+        emitters.approval_requested(session, call, approvals[call.idempotency_key])
     return False
 
 

@@ -28,7 +28,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from . import approvals, conversation, crashpoints, hooks
+from . import approvals, conversation, crashpoints, emitters
 from .codec import ensure_json
 from .errors import ModelCallFailed, NotJSONValue, RunInterrupted
 from .execution import cut_result, invoke_async, invoke_sync, timed_out_result
@@ -132,17 +132,17 @@ def run_steps(session: RunSession) -> Steps:
             if changed:
                 session.save("compacted")
         crashpoints.hit("model.before_call")
-        began = hooks.model_call_started(session)
+        began = emitters.model_call_started(session)
         try:
             turn: ModelTurn = yield CallModel(list(agent.context(state)), agent.tool_specs, agent.system)
         except Exception as exc:
-            hooks.model_call_ended(session, began, None, exc)
+            emitters.model_call_ended(session, began, None, exc)
             raise ModelCallFailed(
                 f"model call for run {session.run_id!r} failed ({type(exc).__name__}: {exc}); the run is "
                 f"saved at save point {state.save_seq} and resumes from there"
             ) from exc
         session.record_turn(turn)
-        hooks.model_call_ended(session, began, turn, None)
+        emitters.model_call_ended(session, began, turn, None)
         if not (yield from _settle(session, state.dangling_calls(), resuming=False)):
             return
 
@@ -182,7 +182,7 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
             else:
                 decision = after_probe(call, in_doubt, session.ledger, answer, error)
         if resuming:
-            hooks.reconcile_decision(session, call, decision)
+            emitters.reconcile_decision(session, call, decision)
         settlement = account(session, call, tool, decision, resuming=resuming, grace=grace)
         if decision.action == "unknown":
             unknown.append((call, decision, settlement))
@@ -198,7 +198,7 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
             session.record_result(call, result, entry, settlement)
         else:
             assert tool is not None
-            hooks.tool_started(session, call, tool)
+            emitters.tool_started(session, call, tool)
             finished = yield Start(_job(session, call, tool, decision, resuming, settlement))
             running += 1
             for job in finished:

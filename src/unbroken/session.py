@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from . import clock, crashpoints, hooks, usage
+from . import clock, crashpoints, emitters, usage
 from .codec import LAYOUT_ONLY, MAX_RECORD_BYTES, EncodedSave, Encoder, encode_full, ensure_json
 from .errors import (
     ConfigError,
@@ -231,7 +231,7 @@ class RunSession:
             raise
         self.encoder.committed(state, encoded)
         crashpoints.hit(f"save.{label}.after")
-        hooks.save_point(self, label)  # no-op without hooks
+        emitters.save_point(self, label)  # no-op without hooks
         if self.stop.is_set() and not state.finished:
             raise RunInterrupted(f"run {self.run_id!r} stopped at save point {state.save_seq} on request; resume it")
 
@@ -369,7 +369,7 @@ class RunSession:
             self.save("tool_result", ledger=ledger, settled=settled)
         else:
             self.finish_tools(ledger, settled)
-        hooks.tool_ended(self, call, result)  # no-op without hooks
+        emitters.tool_ended(self, call, result)  # no-op without hooks
 
     def finish_tools(self, ledger: Sequence[LedgerEntry] = (), settled: Sequence[Settlement] = ()) -> None:
         state = self.state
