@@ -9,7 +9,7 @@ A key already used with different arguments is refused with ``IdempotencyConflic
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from . import clock, crashpoints
@@ -88,13 +88,13 @@ class EffectLedger:
         current lease's fence (the new attempt is ours)."""
         crashpoints.hit("ledger.before_intent")
         fence = self._fence()
-        again = replace(entry, status="pending", attempts=entry.attempts + 1, updated_at=clock.wall(), fence=fence)
+        again = entry.replace(status="pending", attempts=entry.attempts + 1, updated_at=clock.wall(), fence=fence)
         self.store.ledger_put(again, fence=fence)
         crashpoints.hit("ledger.after_intent")
         return again
 
     def mark_unknown(self, entry: LedgerEntry) -> LedgerEntry:
-        unknown = replace(entry, status="unknown", updated_at=clock.wall())
+        unknown = entry.replace(status="unknown", updated_at=clock.wall())
         self.store.ledger_put(unknown, fence=self._fence())
         return unknown
 
@@ -102,7 +102,7 @@ class EffectLedger:
     def outcome(entry: LedgerEntry, result: ToolResult) -> LedgerEntry:
         """The entry to save with the run's record once the tool has returned."""
         status: LedgerStatus = "failed" if result.is_error else "succeeded"
-        return replace(entry, status=status, result=result, updated_at=clock.wall())
+        return entry.replace(status=status, result=result, updated_at=clock.wall())
 
     def get(self, key: str) -> LedgerEntry | None:
         return self.store.ledger_get(self.run_id, key)
@@ -126,11 +126,11 @@ class EffectLedger:
         claim = self.claim(call)
         if claim.outcome == "settled":
             assert claim.entry.result is not None
-            return replace(claim.entry.result, call_id=call.id, how="reused")
+            return claim.entry.result.replace(call_id=call.id, how="reused")
         if claim.outcome == "in_doubt":
             settled = self.wait_settled(call.idempotency_key, wait)
             if settled is not None and settled.result is not None and settled.status in ("succeeded", "failed"):
-                return replace(settled.result, call_id=call.id, how="reused")
+                return settled.result.replace(call_id=call.id, how="reused")
             return unknown_result(call)
         try:
             result = execute()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from .codec import ensure_json
@@ -104,7 +104,7 @@ def decide_first(call: ToolCall, tool: Tool | None, ledger: EffectLedger, resolu
     entry = claim.entry
     if claim.outcome == "settled":
         assert entry.result is not None
-        return Decision("answer", replace(entry.result, call_id=call.id, how="reused"), ledger=entry.status)
+        return Decision("answer", entry.result.replace(call_id=call.id, how="reused"), ledger=entry.status)
     # In doubt: an earlier attempt began and its outcome was never recorded.
     if resolution == "not_executed":
         why = "a person said it did not take effect (unbroken resolve)"
@@ -156,7 +156,7 @@ def _not_runnable(
         result = ToolResult(call.id, f"Error: {why}. The call was not executed.", True, "invalid")
         return Decision("answer", result, reason=why)
     if entry.status in ("succeeded", "failed") and entry.result is not None:
-        return Decision("answer", replace(entry.result, call_id=call.id, how="reused"), ledger=entry.status)
+        return Decision("answer", entry.result.replace(call_id=call.id, how="reused"), ledger=entry.status)
     if resolution == "not_executed":  # a person checked: it did not happen, and it cannot run now
         text = f"Error: {why}. The call did not take effect (checked by a person) and was not executed."
         result = ToolResult(call.id, text, True, "invalid")

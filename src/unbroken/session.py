@@ -13,7 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import clock, crashpoints, emitters, usage
@@ -386,9 +386,9 @@ class RunSession:
         """Apply the unknown-outcome policy (``settlement`` says how the outcome came to be
         unknown; the policy is added to it). Returns False when the run must stop here."""
         assert decision.entry is not None
-        entry = replace(decision.entry, status="unknown", updated_at=clock.wall())
+        entry = decision.entry.replace(status="unknown", updated_at=clock.wall())
         policy = self.agent.unknown_policy
-        settled = (replace(settlement, outcome="unknown", policy=policy),) if settlement is not None else ()
+        settled = (settlement.replace(outcome="unknown", policy=policy),) if settlement is not None else ()
         self.reconciled.append((call.id, call.name, "unknown"))
         if policy == "tell_model":
             self.record_result(call, unknown_result(call, decision.reason), entry, *settled)

@@ -305,7 +305,7 @@ class Store(Backend):
         except Refused:
             raise self._refusal(run_id, 0, fence) from None
         if existing is None:
-            return replace(entry), True
+            return entry.replace(), True
         stored = self._checked(run_id, existing, entry.key)
         if stored is None:  # the backend answered with an entry of another run or key: never use it
             raise CorruptCheckpoint(
@@ -398,7 +398,7 @@ class Store(Backend):
                 raise LeaseLost(f"lease on run {lease.run_id!r} (fence {lease.fence}) was taken over")
             new = replace(head, expires_at=self.lease_time() + ttl)
             if self.swap_head(lease.run_id, head, new):
-                return replace(lease, expires_at=new.expires_at)
+                return lease.replace(expires_at=new.expires_at)
         raise StoreUnavailable(f"the lease of run {lease.run_id!r} kept changing; retry")
 
     def release_lease(self, lease: Lease) -> None:
