@@ -41,6 +41,7 @@ from .state import (
     SaveInfo,
     ToolCall,
     occurrence_key,
+    sha256_hex,
 )
 
 _BOUNDARY_PHASES = frozenset({"completed", "max_turns", "failed", "paused"})
@@ -132,10 +133,8 @@ def dumps(value: JSONValue) -> str:
 
 def canonical_hash(value: JSONValue) -> str:
     """A stable hash of a JSON value, independent of dict key order."""
-    import hashlib
-
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return sha256_hex(text.encode())
 
 
 # --------------------------------------------------------------------------- records

@@ -36,13 +36,31 @@ ResultHow = Literal[
 ]
 
 
+def sha256_hex(data: bytes) -> str:
+    """The SHA-256 of ``data`` in hex (the same digest as ``hashlib``'s)."""
+    digest: str = _sha256()(data).hexdigest()
+    return digest
+
+
+@functools.cache
+def _sha256() -> Any:
+    """CPython's own SHA-256 where there is one: ``hashlib`` loads OpenSSL (~7 ms), and a resume
+    computes the keys of its pending calls before it can ask its model (issue 24)."""
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # CPython 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]  # CPython 3.12+
+        except ImportError:
+            from hashlib import sha256  # type: ignore[assignment,unused-ignore]
+    return sha256
+
+
 def idempotency_key(run_id: str, call_id: str) -> str:
     """A key from the run id and a call id alone. Runs saved before keys named call
     occurrences hold keys made this way in their pending calls, and those keep working; new
     calls get ``occurrence_key`` (a provider may reuse its call ids)."""
-    import hashlib  # (here: loading OpenSSL costs ~3 ms, and a resume makes no key before its model answers)
-
-    digest = hashlib.sha256(f"{run_id}\x00{call_id}".encode()).hexdigest()
+    digest = sha256_hex(f"{run_id}\x00{call_id}".encode())
     return f"ub_{digest[:40]}"
 
 
@@ -52,9 +70,7 @@ def occurrence_key(run_id: str, save_seq: int, position: int, call_id: str) -> s
     the call (save A), its position in that turn and the provider's id. Two calls never share
     a key even when a provider reuses ``call_0`` every turn or twice in one turn. Fixed in
     ``pending_calls`` at save A, so it is the same across retries and resumes."""
-    import hashlib
-
-    digest = hashlib.sha256(f"{run_id}\x00{save_seq}\x00{position}\x00{call_id}".encode()).hexdigest()
+    digest = sha256_hex(f"{run_id}\x00{save_seq}\x00{position}\x00{call_id}".encode())
     return f"ub_{digest[:40]}"
 
 
