@@ -21,12 +21,12 @@ apply to another call, and its digest binds it to the arguments it was given for
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from . import clock, crashpoints, emitters
+from ._log import log
 from .codec import Encoder, canonical_hash
 from .errors import ApprovalError, ApprovalExpired, ConfigError
 from .leases import acquire, make_owner
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from .session import RunSession
     from .stores.base import Store
 
-log = logging.getLogger("unbroken")
 
 ApprovalStatus = Literal["requested", "approved", "denied"]
 

@@ -22,7 +22,6 @@ owners", for the rule and the windows that remain.
 from __future__ import annotations
 
 import contextvars
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,13 +29,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from . import clock, owners
+from ._log import log
 from .errors import LeaseLost, StoreDataLost, UnbrokenError
 from .state import Lease, LedgerEntry
 from .stores.base import Store
 
 TakenHow = Literal["fresh", "released", "dead_holder", "expired_holder"]
 
-log = logging.getLogger("unbroken")
 
 _SLOW_RENEWAL_RETRIES = 3
 _CURRENT: contextvars.ContextVar[LeaseGuard | None] = contextvars.ContextVar("unbroken_lease", default=None)

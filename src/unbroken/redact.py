@@ -9,8 +9,13 @@ logs travel further than the store: to terminals, log shippers and bug reports.
 from __future__ import annotations
 
 import functools
-import logging
 import re
+from typing import TYPE_CHECKING
+
+from ._log import DEBUG, ERROR
+
+if TYPE_CHECKING:
+    import logging
 
 MESSAGE_LIMIT = 200
 """Characters of an exception's message kept in an ERROR line (the rest is at DEBUG)."""
@@ -61,9 +66,9 @@ def describe(exc: BaseException, limit: int = MESSAGE_LIMIT) -> str:
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
-def log_failure(logger: logging.Logger, what: str, exc: BaseException, level: int = logging.ERROR) -> None:
+def log_failure(logger: logging.Logger, what: str, exc: BaseException, level: int = ERROR) -> None:
     """Log ``what`` with ``describe(exc)`` at ``level``; the full message and traceback only at
     DEBUG (a developer turns it on; a production log never holds the raw text by default)."""
     logger.log(level, "%s: %s", what, describe(exc))
-    if logger.isEnabledFor(logging.DEBUG):
+    if logger.isEnabledFor(DEBUG):
         logger.debug("%s: full exception", what, exc_info=exc)

@@ -8,7 +8,6 @@ only drive it.
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 import time
 from collections import Counter
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import clock, crashpoints, emitters, usage
+from ._log import log
 from .codec import LAYOUT_ONLY, MAX_RECORD_BYTES, EncodedSave, Encoder, encode_full, ensure_json
 from .errors import (
     ConfigError,
@@ -49,7 +49,6 @@ from .window import load_window
 if TYPE_CHECKING:
     from .runner import Agent
 
-log = logging.getLogger("unbroken")
 
 HISTORY_CHECK_STEP = 64
 """``RunState.history_checked`` moves in steps of at least this many messages: a resume scans at
