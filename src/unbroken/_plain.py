@@ -47,6 +47,12 @@ class Plain:
 
     __slots__ = ()
     _fields: ClassVar[tuple[str, ...]] = ()
+    _not_shown: ClassVar[frozenset[str]] = frozenset()
+    """Fields left out of ``repr`` (what ``field(repr=False)`` said of a dataclass's)."""
+    _not_compared: ClassVar[frozenset[str]] = frozenset()
+    """Fields left out of equality and hashing (``field(compare=False)``)."""
+    _shown: ClassVar[tuple[str, ...]] = ()
+    _compared: ClassVar[tuple[str, ...]] = ()
     if TYPE_CHECKING:  # what dataclasses.fields/replace/asdict are typed to take
         __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
     else:
@@ -58,21 +64,23 @@ class Plain:
         if set(own) != set(cls.__dict__.get("__slots__", ())):
             raise TypeError(f"{cls.__qualname__}: __slots__ must name exactly the annotated fields {own}")
         cls._fields = cls._fields + own
+        cls._shown = tuple(name for name in cls._fields if name not in cls._not_shown)
+        cls._compared = tuple(name for name in cls._fields if name not in cls._not_compared)
         type.__setattr__(cls, "__match_args__", cls._fields)
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._shown)
         return f"{type(self).__qualname__}({shown})"
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self._values() == other._values()
+        return self._compared_values() == other._compared_values()
 
     # (no __hash__: defining __eq__ makes the class unhashable, as a dataclass that is not frozen)
 
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in self._fields)
+    def _compared_values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._compared)
 
     def replace(self, **changes: Any) -> Self:
         """A copy with ``changes`` applied (an unknown name raises ``TypeError``)."""
@@ -98,10 +106,10 @@ class Frozen(Plain):
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __hash__(self) -> int:
-        return hash(self._values())
+        return hash(self._compared_values())
 
     def __getstate__(self) -> tuple[Any, ...]:  # copy and pickle: set back without __setattr__
-        return self._values()
+        return tuple(getattr(self, name) for name in self._fields)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         for name, value in zip(self._fields, state, strict=True):

@@ -21,7 +21,6 @@ import json
 import math
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -799,15 +798,19 @@ def encode_full(state: RunState, label: str) -> EncodedSave:
 Migration = Callable[[dict[str, JSONValue]], dict[str, JSONValue]]
 
 
-@dataclass
-class Migrations:
+class Migrations(Plain):
     """Registered steps that upgrade unbroken's own stored format one version at a time.
 
     A step receives ``{"fields": {...}, "messages": [...]}`` at version ``n`` and returns it at
     version ``n + 1``. Steps are plain functions registered in code; nothing is loaded from data."""
 
-    current: int = SCHEMA_VERSION
-    steps: dict[int, Migration] = field(default_factory=dict)
+    __slots__ = ("current", "steps")
+    current: int
+    steps: dict[int, Migration]
+
+    def __init__(self, current: int = SCHEMA_VERSION, steps: dict[int, Migration] | None = None) -> None:
+        self.current = current
+        self.steps = {} if steps is None else steps
 
     def register(self, from_version: int) -> Callable[[Migration], Migration]:
         def decorate(step: Migration) -> Migration:
@@ -864,22 +867,53 @@ def reads_natively(version: int, migrations: Migrations = MIGRATIONS) -> bool:
 # --------------------------------------------------------------------------- decoding
 
 
-@dataclass
-class Decoded:
+class Decoded(Plain):
     """The result of folding a run's records."""
 
+    __slots__ = (
+        "_timeline",
+        "corrupt_seq",
+        "last_seq",
+        "message_base",
+        "migrated_from",
+        "problem",
+        "records",
+        "state",
+    )
+    _not_shown = frozenset({"records", "_timeline"})
+    _not_compared = frozenset({"_timeline"})
     state: RunState
     last_seq: int
-    records: list[dict[str, JSONValue]] = field(repr=False)
+    records: list[dict[str, JSONValue]]
     """The parsed save records, oldest first; ``timeline`` is built from them."""
-    corrupt_seq: int | None = None
-    problem: str | None = None
-    migrated_from: int | None = None
-    message_base: int = 0
+    corrupt_seq: int | None
+    problem: str | None
+    migrated_from: int | None
+    message_base: int
     """Index of the first message read. A windowed load (``window.load_window``) reads only the
     messages from the compaction window on; ``state.messages[:message_base]`` are then None
     placeholders (the count is kept, the messages stay on disk) and ``records`` start there."""
-    _timeline: list[SaveInfo] | None = field(default=None, repr=False, compare=False)
+    _timeline: list[SaveInfo] | None
+
+    def __init__(
+        self,
+        state: RunState,
+        last_seq: int,
+        records: list[dict[str, JSONValue]],
+        corrupt_seq: int | None = None,
+        problem: str | None = None,
+        migrated_from: int | None = None,
+        message_base: int = 0,
+        _timeline: list[SaveInfo] | None = None,
+    ) -> None:
+        self.state = state
+        self.last_seq = last_seq
+        self.records = records
+        self.corrupt_seq = corrupt_seq
+        self.problem = problem
+        self.migrated_from = migrated_from
+        self.message_base = message_base
+        self._timeline = _timeline
 
     @property
     def timeline(self) -> list[SaveInfo]:

@@ -9,10 +9,10 @@ A key already used with different arguments is refused with ``IdempotencyConflic
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 from . import clock, crashpoints
+from ._plain import Frozen
 from .codec import canonical_hash
 from .errors import IdempotencyConflict
 from .state import LedgerEntry, LedgerStatus, ToolCall, ToolResult
@@ -26,8 +26,7 @@ def args_hash(call: ToolCall) -> str:
     return canonical_hash({"tool": call.name, "input": call.input})
 
 
-@dataclass(frozen=True)
-class Claim:
+class Claim(Frozen):
     """Result of trying to start a call.
 
     ``claimed``: the intent is now durable and this caller must run the tool.
@@ -35,8 +34,13 @@ class Claim:
     ``in_doubt``: an earlier attempt started and never recorded an outcome (``pending``), or
     its outcome was already declared ``unknown``."""
 
+    __slots__ = ("entry", "outcome")
     outcome: ClaimOutcome
     entry: LedgerEntry
+
+    def __init__(self, outcome: ClaimOutcome, entry: LedgerEntry) -> None:
+        object.__setattr__(self, "outcome", outcome)
+        object.__setattr__(self, "entry", entry)
 
 
 class EffectLedger:

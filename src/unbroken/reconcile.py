@@ -24,9 +24,9 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from ._plain import Frozen
 from .codec import ensure_json
 from .errors import NotJSONValue
 from .ledger import EffectLedger
@@ -36,8 +36,7 @@ from .tools import Found, NotExecuted, Tool, Unknown
 Action = Literal["execute", "answer", "unknown", "probe"]
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(Frozen):
     """``execute``: run the tool now (``entry`` is its pending ledger entry, None for read-only).
     ``answer``: use ``result`` without running anything (``entry``, if set, is saved with it).
     ``unknown``: the outcome cannot be established (``entry`` is the in-doubt ledger entry).
@@ -47,12 +46,30 @@ class Decision:
     The why, saved with the call's settlement: ``ledger``, the ledger status found (None: no
     entry), ``probe``, the probe's answer (None: not asked), ``reason`` in words."""
 
+    __slots__ = ("action", "entry", "ledger", "probe", "reason", "result")
     action: Action
-    result: ToolResult | None = None
-    entry: LedgerEntry | None = None
-    reason: str = ""
-    ledger: str | None = None
-    probe: ProbeAnswer | None = None
+    result: ToolResult | None
+    entry: LedgerEntry | None
+    reason: str
+    ledger: str | None
+    probe: ProbeAnswer | None
+
+    def __init__(
+        self,
+        action: Action,
+        result: ToolResult | None = None,
+        entry: LedgerEntry | None = None,
+        reason: str = "",
+        ledger: str | None = None,
+        probe: ProbeAnswer | None = None,
+    ) -> None:
+        set_field = object.__setattr__
+        set_field(self, "action", action)
+        set_field(self, "result", result)
+        set_field(self, "entry", entry)
+        set_field(self, "reason", reason)
+        set_field(self, "ledger", ledger)
+        set_field(self, "probe", probe)
 
 
 def to_content(value: Any) -> str:

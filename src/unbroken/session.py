@@ -12,11 +12,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import clock, crashpoints, emitters, usage
 from ._log import log
+from ._plain import Plain
 from .codec import LAYOUT_ONLY, MAX_RECORD_BYTES, EncodedSave, Encoder, encode_full, ensure_json
 from .errors import (
     ConfigError,
@@ -55,21 +55,57 @@ HISTORY_CHECK_STEP = 64
 most this many more than it must, and most save records do not carry the marker."""
 
 
-@dataclass
-class RunResult:
+class RunResult(Plain):
     """How a call to ``Agent.run`` ended. ``status`` is the run's phase: ``completed``,
     ``max_turns``, ``paused`` (an unknown outcome waits for ``unbroken resolve``) or ``failed``."""
 
+    __slots__ = (
+        "output",
+        "reconciled",
+        "recovered_from",
+        "resume_seconds",
+        "resumed",
+        "run_id",
+        "state",
+        "status",
+        "tokens_used",
+        "turns",
+    )
+    _not_shown = frozenset({"state"})  # the whole history: kept out of print(result)
     run_id: str
     status: str
     output: str | None
     turns: int
     tokens_used: int
-    resumed: bool = False
-    resume_seconds: float | None = None
-    reconciled: list[tuple[str, str, str]] = field(default_factory=list)
-    recovered_from: str | None = None
-    state: RunState | None = field(default=None, repr=False)  # the whole history: kept out of print(result)
+    resumed: bool
+    resume_seconds: float | None
+    reconciled: list[tuple[str, str, str]]
+    recovered_from: str | None
+    state: RunState | None
+
+    def __init__(
+        self,
+        run_id: str,
+        status: str,
+        output: str | None,
+        turns: int,
+        tokens_used: int,
+        resumed: bool = False,
+        resume_seconds: float | None = None,
+        reconciled: list[tuple[str, str, str]] | None = None,
+        recovered_from: str | None = None,
+        state: RunState | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.output = output
+        self.turns = turns
+        self.tokens_used = tokens_used
+        self.resumed = resumed
+        self.resume_seconds = resume_seconds
+        self.reconciled = [] if reconciled is None else reconciled
+        self.recovered_from = recovered_from
+        self.state = state
 
 
 class RunSession:
