@@ -10,6 +10,8 @@ import pickle
 import pytest
 
 from unbroken._plain import Plain
+from unbroken.codec import Decoded
+from unbroken.session import RunResult
 from unbroken.state import Lease, LedgerEntry, RunState, RunSummary, Settlement, ToolCall, ToolResult
 
 
@@ -75,3 +77,13 @@ def test_a_class_whose_slots_and_fields_differ_is_refused_at_definition() -> Non
             __slots__ = ("a",)
             a: int
             b: int
+
+
+def test_fields_kept_out_of_repr_and_equality_stay_out() -> None:
+    state = RunState("run-1", "task", messages=[{"role": "user", "content": "a long history"}])
+    result = RunResult("run-1", "completed", "done", 1, 10, state=state)
+    assert "history" not in repr(result) and result.state is state  # the whole history: not printed
+    assert result != RunResult("run-1", "completed", "done", 1, 10)  # ... but still compared
+    decoded = Decoded(state, 1, [])
+    built = Decoded(state, 1, [], _timeline=[])
+    assert decoded == built and "_timeline" not in repr(built)  # a cache: neither shown nor compared
