@@ -60,8 +60,12 @@ class Plain:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "__slots__" not in vars(cls):
+            # A subclass that declares no fields keeps its base's (as a subclass of a dataclass
+            # that is not itself decorated): its annotations, if any, are not fields.
+            return
         own = tuple(vars(cls).get("__annotations__", {}))  # this class's own, in order (not inherited)
-        if set(own) != set(cls.__dict__.get("__slots__", ())):
+        if set(own) != set(vars(cls)["__slots__"]):
             raise TypeError(f"{cls.__qualname__}: __slots__ must name exactly the annotated fields {own}")
         cls._fields = cls._fields + own
         cls._shown = tuple(name for name in cls._fields if name not in cls._not_shown)

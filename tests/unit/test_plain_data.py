@@ -70,6 +70,16 @@ def test_copies_pickles_and_patterns_keep_working() -> None:
             pytest.fail("a positional pattern did not match")
 
 
+def test_a_subclass_without_slots_keeps_its_bases_fields() -> None:
+    class Noted(ToolResult):  # (a user's subclass, as of a dataclass: its annotations are not fields)
+        note: str = "seen"
+
+    noted = Noted("toolu_1", "42")
+    assert noted.note == "seen"
+    assert repr(noted).endswith(".Noted(call_id='toolu_1', content='42', is_error=False, how='executed')")
+    assert noted.replace(content="43").content == "43" and type(noted.replace()) is Noted
+
+
 def test_a_class_whose_slots_and_fields_differ_is_refused_at_definition() -> None:
     with pytest.raises(TypeError, match="__slots__ must name exactly the annotated fields"):
 
