@@ -14,8 +14,6 @@ Recovery is an operator act (``unbroken.ops.recover``).
 
 from __future__ import annotations
 
-import difflib
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -36,7 +34,17 @@ from ..errors import (
     UnbrokenError,
     Unsupported,
 )
-from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, check_run_id, check_task
+from ..state import (
+    TERMINAL_PHASES,
+    Lease,
+    LedgerEntry,
+    RunState,
+    RunSummary,
+    SaveInfo,
+    check_run_id,
+    check_task,
+    new_run_id,
+)
 from .backend import CAPABILITIES, Backend, Refused, RunHead, SealedEntry, Submission, entry_checksum, seal
 
 UNCLAIMABLE_PHASES = TERMINAL_PHASES | {"paused", "awaiting_approval"}
@@ -221,6 +229,8 @@ class Store(Backend):
             known = [row.run_id for row in self.summaries_page(None, SUGGEST_FROM)]
         except UnbrokenError:  # a suggestion is a courtesy: the run is not found either way
             return ""
+        import difflib  # (here: ~2 ms of import a resume never needs)
+
         near = difflib.get_close_matches(run_id, known, n=3, cutoff=0.6)
         return f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
 
@@ -321,7 +331,7 @@ class Store(Backend):
         except Refused:
             raise self._refusal(run_id, 0, fence) from None
         if existing is None:
-            return replace(entry), True
+            return entry.replace(), True
         stored = self._checked(run_id, existing, entry.key)
         if stored is None:  # the backend answered with an entry of another run or key: never use it
             raise CorruptCheckpoint(
@@ -414,7 +424,7 @@ class Store(Backend):
                 raise LeaseLost(f"lease on run {lease.run_id!r} (fence {lease.fence}) was taken over")
             new = replace(head, expires_at=self.lease_time() + ttl)
             if self.swap_head(lease.run_id, head, new):
-                return replace(lease, expires_at=new.expires_at)
+                return lease.replace(expires_at=new.expires_at)
         raise StoreUnavailable(f"the lease of run {lease.run_id!r} kept changing; retry")
 
     def release_lease(self, lease: Lease) -> None:
@@ -449,7 +459,7 @@ class Store(Backend):
         holds another task, ``Unsupported`` on stores without the ``claim`` capability."""
         if "claim" not in self.capabilities:
             raise self._unsupported("queue runs for workers")
-        run_id = check_run_id(run_id if run_id is not None else f"run-{uuid.uuid4().hex[:12]}")
+        run_id = check_run_id(run_id if run_id is not None else new_run_id())
         check_task(task)
         head = self.read_head(run_id)
         if head is not None and head.seq > 0:  # a saved run keeps its task: checked before queuing it
