@@ -21,12 +21,12 @@ apply to another call, and its digest binds it to the arguments it was given for
 
 from __future__ import annotations
 
-import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from . import clock, crashpoints, hooks
+from . import clock, crashpoints, emitters
+from ._log import log
+from ._plain import Frozen
 from .codec import Encoder, canonical_hash
 from .errors import ApprovalError, ApprovalExpired, ConfigError
 from .leases import acquire, make_owner
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from .session import RunSession
     from .stores.base import Store
 
-log = logging.getLogger("unbroken")
 
 ApprovalStatus = Literal["requested", "approved", "denied"]
 
@@ -49,10 +48,23 @@ def args_digest(call: ToolCall) -> str:
     return "sha256:" + canonical_hash({"tool": call.name, "input": call.input})
 
 
-@dataclass(frozen=True)
-class ApprovalRequest:
+class ApprovalRequest(Frozen):
     """One approval request of a run, as stored (``status``: requested, approved or denied)."""
 
+    __slots__ = (
+        "by",
+        "call_id",
+        "decided_at",
+        "digest",
+        "expires_at",
+        "input",
+        "key",
+        "reason",
+        "requested_at",
+        "run_id",
+        "status",
+        "tool",
+    )
     run_id: str
     call_id: str
     key: str
@@ -62,9 +74,38 @@ class ApprovalRequest:
     status: ApprovalStatus
     requested_at: float
     expires_at: float | None
-    decided_at: float | None = None
-    reason: str | None = None
-    by: str | None = None
+    decided_at: float | None
+    reason: str | None
+    by: str | None
+
+    def __init__(
+        self,
+        run_id: str,
+        call_id: str,
+        key: str,
+        tool: str,
+        input: dict[str, JSONValue],
+        digest: str,
+        status: ApprovalStatus,
+        requested_at: float,
+        expires_at: float | None,
+        decided_at: float | None = None,
+        reason: str | None = None,
+        by: str | None = None,
+    ) -> None:
+        set_field = object.__setattr__
+        set_field(self, "run_id", run_id)
+        set_field(self, "call_id", call_id)
+        set_field(self, "key", key)
+        set_field(self, "tool", tool)
+        set_field(self, "input", input)
+        set_field(self, "digest", digest)
+        set_field(self, "status", status)
+        set_field(self, "requested_at", requested_at)
+        set_field(self, "expires_at", expires_at)
+        set_field(self, "decided_at", decided_at)
+        set_field(self, "reason", reason)
+        set_field(self, "by", by)
 
     @classmethod
     def of(cls, run_id: str, call: ToolCall, record: dict[str, JSONValue]) -> ApprovalRequest:
@@ -130,7 +171,7 @@ def gate(session: RunSession, calls: list[ToolCall]) -> bool:
         state.phase = "awaiting_approval"
         session.save("approval_requested", force_snapshot=True)
     for call in asked:
-        hooks.approval_requested(session, call, approvals[call.idempotency_key])
+        emitters.approval_requested(session, call, approvals[call.idempotency_key])
     return False
 
 

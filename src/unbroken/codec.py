@@ -21,11 +21,11 @@ import json
 import math
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from ._plain import Frozen, Plain
 from .acceptance import MAX_RECORD_BYTES as MAX_RECORD_BYTES  # (re-exported: stores and tests use them)
 from .acceptance import accept, accept_fields, accept_parsed
 from .acceptance import checksum as checksum
@@ -40,6 +40,7 @@ from .state import (
     SaveInfo,
     ToolCall,
     occurrence_key,
+    sha256_hex,
 )
 
 _BOUNDARY_PHASES = frozenset({"completed", "max_turns", "failed", "paused"})
@@ -131,22 +132,20 @@ def dumps(value: JSONValue) -> str:
 
 def canonical_hash(value: JSONValue) -> str:
     """A stable hash of a JSON value, independent of dict key order."""
-    import hashlib
-
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return sha256_hex(text.encode())
 
 
 # --------------------------------------------------------------------------- records
 
 
-@dataclass(frozen=True)
-class EncodedSave:
+class EncodedSave(Frozen):
     """One save point, ready for a store to write atomically.
 
     The store writes ``body`` and ``checksum`` verbatim, updates its run summary row from
     ``summary``, and upserts ``ledger`` in the same transaction."""
 
+    __slots__ = ("body", "checksum", "label", "ledger", "run_id", "seq", "snapshot", "summary")
     run_id: str
     seq: int
     label: str
@@ -154,28 +153,58 @@ class EncodedSave:
     checksum: str
     snapshot: bool
     summary: RunSummary
-    ledger: tuple[LedgerEntry, ...] = ()
+    ledger: tuple[LedgerEntry, ...]
+
+    def __init__(
+        self,
+        run_id: str,
+        seq: int,
+        label: str,
+        body: str,
+        checksum: str,
+        snapshot: bool,
+        summary: RunSummary,
+        ledger: tuple[LedgerEntry, ...] = (),
+    ) -> None:
+        set_field = object.__setattr__
+        set_field(self, "run_id", run_id)
+        set_field(self, "seq", seq)
+        set_field(self, "label", label)
+        set_field(self, "body", body)
+        set_field(self, "checksum", checksum)
+        set_field(self, "snapshot", snapshot)
+        set_field(self, "summary", summary)
+        set_field(self, "ledger", ledger)
 
 
-@dataclass(slots=True)  # not frozen: a frozen dataclass costs 2.7x to build, ~8 ms per 20,000 records read
-class StoredRecord:
+class StoredRecord(Plain):  # not frozen: a frozen class costs 2.7x to build, ~8 ms per 20,000 records read
     """A save record as a store returns it. ``body`` is the text the store was given, or its
     UTF-8 bytes when a store's raw read path spares the decode (``Store.read_raw_records``).
     Treat it as read-only."""
 
+    __slots__ = ("body", "checksum", "seq")
     seq: int
     body: str | bytes
     checksum: str
 
+    def __init__(self, seq: int, body: str | bytes, checksum: str) -> None:
+        self.seq = seq
+        self.body = body
+        self.checksum = checksum
 
-@dataclass(frozen=True)
-class PackedRecords:
+
+class PackedRecords(Frozen):
     """All of a run's record bodies in one buffer, as a store's fast read path can hand them
     over: ``b"[" + body_1 + b"," + ... + body_n + b"]"`` (a JSON array when all are intact),
     with each record's ``(seq, checksum, byte length)`` in order. Parsing it needs no join."""
 
+    __slots__ = ("buffer", "index")
     buffer: bytes
     index: list[tuple[int, str, int]]
+
+    def __init__(self, buffer: bytes, index: list[tuple[int, str, int]]) -> None:
+        object.__setattr__(self, "buffer", buffer)
+        object.__setattr__(self, "index", index)
 
     def records(self) -> list[StoredRecord]:
         """The same records one by one (the careful path, when the fast one finds damage)."""
@@ -212,19 +241,26 @@ class PackedRecords:
         return values
 
 
-@dataclass(slots=True)
-class Segment:
+class Segment(Plain):
     """Save records ``first..last`` that a store packed together once they were no longer recent
     (docs/format.md, "Segments"): ``bodies`` is ``b"[" + body_1 + b"," + ... + body_n + b"]"``,
     each body exactly as it was saved; ``index_text`` the segment's index (``segment_index``);
     ``seal`` the XXH3-64 of ``index_text`` then ``bodies`` (``segment_seal``), written by
     ``pack_records`` only after every record in it passed the record checks. Treat it as read-only."""
 
+    __slots__ = ("bodies", "first", "index_text", "last", "seal")
     first: int
     last: int
     index_text: bytes
     bodies: bytes
     seal: str
+
+    def __init__(self, first: int, last: int, index_text: bytes, bodies: bytes, seal: str) -> None:
+        self.first = first
+        self.last = last
+        self.index_text = index_text
+        self.bodies = bodies
+        self.seal = seal
 
     def records(self) -> list[StoredRecord]:
         """The records one by one, each with its own checksum (the careful path). An index that
@@ -458,20 +494,7 @@ class Encoder:
                 "text that is not Unicode (a lone surrogate); nothing was saved"
             ) from None
         self._pending = texts
-        # Made at every save: filling the frozen dataclass's __dict__ at once (as summary_of
-        # does) makes the same object as EncodedSave(...), without a setattr per field.
-        encoded = _new_object(EncodedSave)
-        encoded.__dict__.update(
-            run_id=state.run_id,
-            seq=state.save_seq,
-            label=label,
-            body=body,
-            checksum=check,
-            snapshot=snapshot,
-            summary=summary_of(state),
-            ledger=tuple(ledger),
-        )
-        return encoded
+        return EncodedSave(state.run_id, state.save_seq, label, body, check, snapshot, summary_of(state), tuple(ledger))
 
     def _body_v2(
         self,
@@ -761,22 +784,9 @@ def fold_fields(fields: dict[str, JSONValue] | None, record: dict[str, Any]) -> 
 
 
 def summary_of(state: RunState) -> RunSummary:
-    # Made at every save: the frozen dataclass's __init__ sets each field through
-    # object.__setattr__; filling its __dict__ at once makes the same object, 4x faster.
-    summary = _new_summary(RunSummary)
-    summary.__dict__.update(
-        run_id=state.run_id,
-        task=state.task,
-        phase=state.phase,
-        turns=state.turns,
-        tokens_used=state.tokens_used,
-        save_seq=state.save_seq,
-        updated_at=state.updated_at,
+    return RunSummary(
+        state.run_id, state.task, state.phase, state.turns, state.tokens_used, state.save_seq, state.updated_at
     )
-    return summary
-
-
-_new_summary = _new_object = object.__new__
 
 
 def encode_full(state: RunState, label: str) -> EncodedSave:
@@ -790,15 +800,19 @@ def encode_full(state: RunState, label: str) -> EncodedSave:
 Migration = Callable[[dict[str, JSONValue]], dict[str, JSONValue]]
 
 
-@dataclass
-class Migrations:
+class Migrations(Plain):
     """Registered steps that upgrade unbroken's own stored format one version at a time.
 
     A step receives ``{"fields": {...}, "messages": [...]}`` at version ``n`` and returns it at
     version ``n + 1``. Steps are plain functions registered in code; nothing is loaded from data."""
 
-    current: int = SCHEMA_VERSION
-    steps: dict[int, Migration] = field(default_factory=dict)
+    __slots__ = ("current", "steps")
+    current: int
+    steps: dict[int, Migration]
+
+    def __init__(self, current: int = SCHEMA_VERSION, steps: dict[int, Migration] | None = None) -> None:
+        self.current = current
+        self.steps = {} if steps is None else steps
 
     def register(self, from_version: int) -> Callable[[Migration], Migration]:
         def decorate(step: Migration) -> Migration:
@@ -855,22 +869,53 @@ def reads_natively(version: int, migrations: Migrations = MIGRATIONS) -> bool:
 # --------------------------------------------------------------------------- decoding
 
 
-@dataclass
-class Decoded:
+class Decoded(Plain):
     """The result of folding a run's records."""
 
+    __slots__ = (
+        "_timeline",
+        "corrupt_seq",
+        "last_seq",
+        "message_base",
+        "migrated_from",
+        "problem",
+        "records",
+        "state",
+    )
+    _not_shown = frozenset({"records", "_timeline"})
+    _not_compared = frozenset({"_timeline"})
     state: RunState
     last_seq: int
-    records: list[dict[str, JSONValue]] = field(repr=False)
+    records: list[dict[str, JSONValue]]
     """The parsed save records, oldest first; ``timeline`` is built from them."""
-    corrupt_seq: int | None = None
-    problem: str | None = None
-    migrated_from: int | None = None
-    message_base: int = 0
+    corrupt_seq: int | None
+    problem: str | None
+    migrated_from: int | None
+    message_base: int
     """Index of the first message read. A windowed load (``window.load_window``) reads only the
     messages from the compaction window on; ``state.messages[:message_base]`` are then None
     placeholders (the count is kept, the messages stay on disk) and ``records`` start there."""
-    _timeline: list[SaveInfo] | None = field(default=None, repr=False, compare=False)
+    _timeline: list[SaveInfo] | None
+
+    def __init__(
+        self,
+        state: RunState,
+        last_seq: int,
+        records: list[dict[str, JSONValue]],
+        corrupt_seq: int | None = None,
+        problem: str | None = None,
+        migrated_from: int | None = None,
+        message_base: int = 0,
+        _timeline: list[SaveInfo] | None = None,
+    ) -> None:
+        self.state = state
+        self.last_seq = last_seq
+        self.records = records
+        self.corrupt_seq = corrupt_seq
+        self.problem = problem
+        self.migrated_from = migrated_from
+        self.message_base = message_base
+        self._timeline = _timeline
 
     @property
     def timeline(self) -> list[SaveInfo]:

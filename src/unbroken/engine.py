@@ -25,10 +25,10 @@ import contextlib
 import copy
 import json
 from collections.abc import Generator
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from . import approvals, conversation, crashpoints, hooks
+from . import approvals, conversation, crashpoints, emitters
+from ._plain import Frozen, Plain
 from .codec import ensure_json
 from .errors import ModelCallFailed, NotJSONValue, RunInterrupted
 from .execution import cut_result, invoke_async, invoke_sync, timed_out_result
@@ -45,59 +45,98 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------- operations
 
 
-@dataclass(frozen=True)
-class CallModel:
+# (plain classes, not dataclasses: see _plain.py)
+
+
+class CallModel(Frozen):
     """Ask the model for its next turn; the driver sends back a ``ModelTurn``."""
 
+    __slots__ = ("context", "system", "tools")
     context: list[JSONValue]
     tools: list[ToolSpec]
     system: str | None
 
+    def __init__(self, context: list[JSONValue], tools: list[ToolSpec], system: str | None) -> None:
+        object.__setattr__(self, "context", context)
+        object.__setattr__(self, "tools", tools)
+        object.__setattr__(self, "system", system)
 
-@dataclass(frozen=True)
-class Compact:
+
+class Compact(Frozen):
     """Run the agent's compaction; the driver sends back True when the state changed."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True)
-class Probe:
+
+class Probe(Frozen):
     """Ask ``tool``'s probe about ``call``; the driver sends back ``(answer, error)``."""
 
+    __slots__ = ("call", "tool")
     tool: Tool
     call: ToolCall
 
+    def __init__(self, tool: Tool, call: ToolCall) -> None:
+        object.__setattr__(self, "tool", tool)
+        object.__setattr__(self, "call", call)
 
-@dataclass(frozen=True)
-class Start:
+
+class Start(Frozen):
     """Start ``job``; the driver sends back the jobs finished so far (sync: this one)."""
 
+    __slots__ = ("job",)
     job: Job
 
+    def __init__(self, job: Job) -> None:
+        object.__setattr__(self, "job", job)
 
-@dataclass(frozen=True)
-class Wait:
+
+class Wait(Frozen):
     """Wait until at least one started job finishes; the driver sends back the finished ones."""
+
+    __slots__ = ()
 
 
 Operation = CallModel | Compact | Probe | Start | Wait
 Steps = Generator[Operation, Any, None]
 
 
-@dataclass
-class Job:
+class Job(Plain):
     """One call being executed. ``view`` is the business_state the tool sees: a private copy
     for a tool that takes ``state``, merged into the run's state when its result is recorded
     (so a half-made change is never saved by another call's save)."""
 
+    __slots__ = ("base", "call", "decision", "done", "result", "resuming", "settlement", "tool", "view")
     call: ToolCall
     tool: Tool
     decision: Decision
     resuming: bool
     view: dict[str, JSONValue]
-    base: dict[str, str] = field(default_factory=dict)
-    settlement: Settlement | None = None
-    result: ToolResult | None = None
-    done: bool = False
+    base: dict[str, str]
+    settlement: Settlement | None
+    result: ToolResult | None
+    done: bool
+
+    def __init__(
+        self,
+        call: ToolCall,
+        tool: Tool,
+        decision: Decision,
+        resuming: bool,
+        view: dict[str, JSONValue],
+        base: dict[str, str] | None = None,
+        settlement: Settlement | None = None,
+        result: ToolResult | None = None,
+        done: bool = False,
+    ) -> None:
+        self.call = call
+        self.tool = tool
+        self.decision = decision
+        self.resuming = resuming
+        self.view = view
+        self.base = {} if base is None else base
+        self.settlement = settlement
+        self.result = result
+        self.done = done
 
 
 # ---------------------------------------------------------------------- the order of a run
@@ -132,17 +171,17 @@ def run_steps(session: RunSession) -> Steps:
             if changed:
                 session.save("compacted")
         crashpoints.hit("model.before_call")
-        began = hooks.model_call_started(session)
+        began = emitters.model_call_started(session)
         try:
             turn: ModelTurn = yield CallModel(list(agent.context(state)), agent.tool_specs, agent.system)
         except Exception as exc:
-            hooks.model_call_ended(session, began, None, exc)
+            emitters.model_call_ended(session, began, None, exc)
             raise ModelCallFailed(
                 f"model call for run {session.run_id!r} failed ({type(exc).__name__}: {exc}); the run is "
                 f"saved at save point {state.save_seq} and resumes from there"
             ) from exc
         session.record_turn(turn)
-        hooks.model_call_ended(session, began, turn, None)
+        emitters.model_call_ended(session, began, turn, None)
         if not (yield from _settle(session, state.dangling_calls(), resuming=False)):
             return
 
@@ -182,7 +221,7 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
             else:
                 decision = after_probe(call, in_doubt, session.ledger, answer, error)
         if resuming:
-            hooks.reconcile_decision(session, call, decision)
+            emitters.reconcile_decision(session, call, decision)
         settlement = account(session, call, tool, decision, resuming=resuming, grace=grace)
         if decision.action == "unknown":
             unknown.append((call, decision, settlement))
@@ -194,11 +233,11 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
             result = cut_result(decision.result, session.agent.max_result_bytes)
             entry = decision.entry
             if entry is not None and entry.result is not None:
-                entry = replace(entry, result=cut_result(entry.result, session.agent.max_result_bytes))
+                entry = entry.replace(result=cut_result(entry.result, session.agent.max_result_bytes))
             session.record_result(call, result, entry, settlement)
         else:
             assert tool is not None
-            hooks.tool_started(session, call, tool)
+            emitters.tool_started(session, call, tool)
             finished = yield Start(_job(session, call, tool, decision, resuming, settlement))
             running += 1
             for job in finished:
@@ -356,14 +395,14 @@ def _record(session: RunSession, job: Job) -> list[tuple[ToolCall, Decision, Set
     if in_doubt is not None:
         assert in_doubt.entry is not None
         ran = settlement or Settlement(call.id, call.name, "unknown", attempt=in_doubt.entry.attempts)
-        return [(call, in_doubt, replace(ran, reason=in_doubt.reason))]
+        return [(call, in_doubt, ran.replace(reason=in_doubt.reason))]
     if job.result is None:
         if tool.effect == "side_effect":
             assert decision.entry is not None
             why = f"it did not return within its timeout of {tool.timeout:g} s and may still act"
             unknown = Decision("unknown", entry=decision.entry, reason=why, ledger=decision.ledger)
             ran = settlement or Settlement(call.id, call.name, "unknown", attempt=decision.entry.attempts)
-            return [(call, unknown, replace(ran, reason=why))]
+            return [(call, unknown, ran.replace(reason=why))]
         result = timed_out_result(tool, call)
     else:
         result = cut_result(job.result, session.agent.max_result_bytes)
@@ -389,7 +428,7 @@ def _in_doubt(job: Job) -> Decision | None:
     if result is None or result.how != "unknown":
         return None
     if job.tool.effect == "read_only" or job.decision.entry is None:
-        job.result = replace(result, how="executed")
+        job.result = result.replace(how="executed")
         return None
     return Decision("unknown", entry=job.decision.entry, reason=result.content, ledger=job.decision.ledger)
 

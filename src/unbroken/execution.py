@@ -8,19 +8,17 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
-import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from ._log import log
 from .errors import LeaseError, OutcomeUnknown
 from .fencing import keep_acting
 from .reconcile import render_content
 from .redact import log_failure
 from .state import JSONValue, ToolCall, ToolResult
 from .tools import Tool
-
-log = logging.getLogger("unbroken")
 
 
 def invoke_sync(tool: Tool, call: ToolCall, business_state: dict[str, JSONValue]) -> ToolResult | None:

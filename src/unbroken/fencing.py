@@ -22,28 +22,26 @@ owners", for the rule and the windows that remain.
 from __future__ import annotations
 
 import contextvars
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Literal
 
 from . import clock, owners
+from ._log import log
+from ._plain import Frozen
 from .errors import LeaseLost, StoreDataLost, UnbrokenError
 from .state import Lease, LedgerEntry
 from .stores.base import Store
 
 TakenHow = Literal["fresh", "released", "dead_holder", "expired_holder"]
 
-log = logging.getLogger("unbroken")
 
 _SLOW_RENEWAL_RETRIES = 3
 _CURRENT: contextvars.ContextVar[LeaseGuard | None] = contextvars.ContextVar("unbroken_lease", default=None)
 
 
-@dataclass(frozen=True)
-class Takeover:
+class Takeover(Frozen):
     """How a lease was obtained.
 
     ``fresh``: nobody held the run before. ``released``: its previous holder gave it up.
@@ -53,12 +51,25 @@ class Takeover:
     seconds after ``previous_expires_at`` (store clock; when unknown, the time of this
     acquisition stands in for it, which is later and so safe)."""
 
+    __slots__ = ("how", "previous_expires_at", "previous_fence", "previous_owner")
     how: TakenHow
-    previous_owner: str | None = None
-    previous_expires_at: float | None = None
-    previous_fence: int | None = None
+    previous_owner: str | None
+    previous_expires_at: float | None
+    previous_fence: int | None
     """The fence of the holder we took the run from (0: none; None: not known, someone held
     it between our read of the head and our acquisition)."""
+
+    def __init__(
+        self,
+        how: TakenHow,
+        previous_owner: str | None = None,
+        previous_expires_at: float | None = None,
+        previous_fence: int | None = None,
+    ) -> None:
+        object.__setattr__(self, "how", how)
+        object.__setattr__(self, "previous_owner", previous_owner)
+        object.__setattr__(self, "previous_expires_at", previous_expires_at)
+        object.__setattr__(self, "previous_fence", previous_fence)
 
 
 class LeaseGuard:

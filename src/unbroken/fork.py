@@ -23,7 +23,7 @@ is returned as is).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from . import clock, crashpoints
 from .codec import decode, encode_full, fold_fields
@@ -151,7 +151,7 @@ def _inherit_open_calls(store: Store, run_id: str, new_run_id: str, state: RunSt
         if entry is None:
             rekeyed[call.idempotency_key] = _fork_key(new_run_id, call.idempotency_key)
         elif entry.status in ("succeeded", "failed") and entry.result is not None:
-            state.results[call.idempotency_key] = replace(entry.result, call_id=call.id, how="reused")
+            state.results[call.idempotency_key] = entry.result.replace(call_id=call.id, how="reused")
         elif in_doubt == "unknown":
             state.results[call.idempotency_key] = unknown_result(
                 call, f"run {run_id!r} started it and its outcome was not settled when this branch was kept"

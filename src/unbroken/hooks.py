@@ -11,29 +11,22 @@ in the order they happen, in the thread that drives the run (a tool's start and 
 
 A hook must be quick and must not raise: an exception from a hook is logged and ignored, it
 never changes the run. Events describe what has already happened (``SavePoint`` is emitted
-once the save is durable); hooks cannot veto anything. Without hooks nothing is built.
+once the save is durable); hooks cannot veto anything. Without hooks nothing is built, and this
+module is not even imported: the engine calls ``emitters``, which imports it for the first event.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import clock
 from .redact import log_failure
-from .state import JSONValue, ToolCall, ToolResult
-
-if TYPE_CHECKING:
-    from .model import ModelTurn
-    from .reconcile import Decision
-    from .session import RunSession
-    from .tools import Tool
+from .state import JSONValue
 
 log = logging.getLogger("unbroken")
-_tool_clocks: dict[tuple[str, str], float] = {}  # (run id, call key) -> when the call started
 
 
 @dataclass(frozen=True)
@@ -185,103 +178,6 @@ def emit(hooks: tuple[Hook, ...], event: Event) -> None:
             hook(event)
         except Exception as exc:
             log_failure(log, f"hook {hook!r} raised on {type(event).__name__}", exc)
-
-
-# --------------------------------------------------------------------------- emitters the engine calls
-# Each returns at once when the agent has no hooks, before building anything.
-
-
-def _model_name(session: RunSession) -> str | None:
-    name = getattr(session.agent.model, "model", None)
-    return name if isinstance(name, str) else None
-
-
-def run_started(session: RunSession) -> None:
-    if session.agent.hooks:
-        state = session.state
-        emit(session.agent.hooks, RunStarted(session.run_id, session.resumed, state.save_seq, state.turns))
-
-
-def run_ended(session: RunSession, error: BaseException | None) -> None:
-    if session.agent.hooks and hasattr(session, "state"):
-        state = session.state
-        why = f"{type(error).__name__}: {error}" if error is not None else None
-        emit(session.agent.hooks, RunEnded(session.run_id, state.phase, state.turns, state.tokens_used, why))
-
-
-def model_call_started(session: RunSession) -> float:
-    if session.agent.hooks:
-        turn = session.state.turns + 1
-        event = ModelCallStarted(session.run_id, turn, session.agent.model.provider, _model_name(session))
-        emit(session.agent.hooks, event)
-    return time.perf_counter()
-
-
-def model_call_ended(session: RunSession, began: float, turn: ModelTurn | None, error: Exception | None) -> None:
-    if not session.agent.hooks:
-        return
-    event = ModelCallEnded(
-        run_id=session.run_id,
-        turn=session.state.turns + (0 if turn is not None else 1),  # recorded already when it answered
-        provider=session.agent.model.provider,
-        model=_model_name(session),
-        usage=dict(turn.usage) if turn is not None else {},
-        tokens=int(turn.tokens) if turn is not None else 0,
-        tool_calls=len(turn.tool_calls) if turn is not None else 0,
-        seconds=time.perf_counter() - began,
-        error=f"{type(error).__name__}: {error}" if error is not None else None,
-    )
-    emit(session.agent.hooks, event)
-
-
-def tool_started(session: RunSession, call: ToolCall, tool: Tool) -> None:
-    if session.agent.hooks:
-        _tool_clocks[(session.run_id, call.idempotency_key)] = time.perf_counter()
-        emit(session.agent.hooks, ToolStarted(session.run_id, call.id, call.name, tool.effect))
-
-
-def tool_ended(session: RunSession, call: ToolCall, result: ToolResult) -> None:
-    if not session.agent.hooks:
-        return
-    began = _tool_clocks.pop((session.run_id, call.idempotency_key), None)
-    tool = session.agent.tools.get(call.name)
-    event = ToolEnded(
-        run_id=session.run_id,
-        call_id=call.id,
-        tool=call.name,
-        effect=tool.effect if tool is not None else None,
-        outcome=result.how,
-        is_error=result.is_error,
-        seconds=time.perf_counter() - began if began is not None else None,
-    )
-    emit(session.agent.hooks, event)
-
-
-def save_point(session: RunSession, label: str) -> None:
-    if session.agent.hooks:
-        state = session.state
-        event = SavePoint(session.run_id, state.save_seq, label, state.phase, state.turns, state.tokens_used)
-        emit(session.agent.hooks, event)
-
-
-def reconcile_decision(session: RunSession, call: ToolCall, decision: Decision) -> None:
-    if session.agent.hooks:
-        outcome = decision.result.how if decision.result is not None else None
-        event = ReconcileDecision(session.run_id, call.id, call.name, decision.action, outcome, decision.reason)
-        emit(session.agent.hooks, event)
-
-
-def lease_lost(session: RunSession, error: BaseException) -> None:
-    if session.agent.hooks:
-        emit(session.agent.hooks, LeaseWasLost(session.run_id, str(error)))
-
-
-def approval_requested(session: RunSession, call: ToolCall, request: dict[str, JSONValue]) -> None:
-    if session.agent.hooks:
-        event = ApprovalRequested(
-            session.run_id, call.id, call.name, call.input, str(request["digest"]), request.get("expires_at")
-        )
-        emit(session.agent.hooks, event)
 
 
 __all__ = [

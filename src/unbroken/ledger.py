@@ -9,10 +9,10 @@ A key already used with different arguments is refused with ``IdempotencyConflic
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Literal
 
 from . import clock, crashpoints
+from ._plain import Frozen
 from .codec import canonical_hash
 from .errors import IdempotencyConflict
 from .state import LedgerEntry, LedgerStatus, ToolCall, ToolResult
@@ -26,8 +26,7 @@ def args_hash(call: ToolCall) -> str:
     return canonical_hash({"tool": call.name, "input": call.input})
 
 
-@dataclass(frozen=True)
-class Claim:
+class Claim(Frozen):
     """Result of trying to start a call.
 
     ``claimed``: the intent is now durable and this caller must run the tool.
@@ -35,8 +34,13 @@ class Claim:
     ``in_doubt``: an earlier attempt started and never recorded an outcome (``pending``), or
     its outcome was already declared ``unknown``."""
 
+    __slots__ = ("entry", "outcome")
     outcome: ClaimOutcome
     entry: LedgerEntry
+
+    def __init__(self, outcome: ClaimOutcome, entry: LedgerEntry) -> None:
+        object.__setattr__(self, "outcome", outcome)
+        object.__setattr__(self, "entry", entry)
 
 
 class EffectLedger:
@@ -88,13 +92,13 @@ class EffectLedger:
         current lease's fence (the new attempt is ours)."""
         crashpoints.hit("ledger.before_intent")
         fence = self._fence()
-        again = replace(entry, status="pending", attempts=entry.attempts + 1, updated_at=clock.wall(), fence=fence)
+        again = entry.replace(status="pending", attempts=entry.attempts + 1, updated_at=clock.wall(), fence=fence)
         self.store.ledger_put(again, fence=fence)
         crashpoints.hit("ledger.after_intent")
         return again
 
     def mark_unknown(self, entry: LedgerEntry) -> LedgerEntry:
-        unknown = replace(entry, status="unknown", updated_at=clock.wall())
+        unknown = entry.replace(status="unknown", updated_at=clock.wall())
         self.store.ledger_put(unknown, fence=self._fence())
         return unknown
 
@@ -102,7 +106,7 @@ class EffectLedger:
     def outcome(entry: LedgerEntry, result: ToolResult) -> LedgerEntry:
         """The entry to save with the run's record once the tool has returned."""
         status: LedgerStatus = "failed" if result.is_error else "succeeded"
-        return replace(entry, status=status, result=result, updated_at=clock.wall())
+        return entry.replace(status=status, result=result, updated_at=clock.wall())
 
     def get(self, key: str) -> LedgerEntry | None:
         return self.store.ledger_get(self.run_id, key)
@@ -126,11 +130,11 @@ class EffectLedger:
         claim = self.claim(call)
         if claim.outcome == "settled":
             assert claim.entry.result is not None
-            return replace(claim.entry.result, call_id=call.id, how="reused")
+            return claim.entry.result.replace(call_id=call.id, how="reused")
         if claim.outcome == "in_doubt":
             settled = self.wait_settled(call.idempotency_key, wait)
             if settled is not None and settled.result is not None and settled.status in ("succeeded", "failed"):
-                return replace(settled.result, call_id=call.id, how="reused")
+                return settled.result.replace(call_id=call.id, how="reused")
             return unknown_result(call)
         try:
             result = execute()

@@ -8,35 +8,45 @@ provider-shaped output into tool calls, and builds the provider-shaped tool resu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from ._plain import Frozen, Plain
 from .state import JSONValue, ToolCall, ToolResult
 from .usage import add_usage as add_usage  # (its home is usage.py; kept importable from here)
 
 
-@dataclass(frozen=True)
-class ToolSpec:
+class ToolSpec(Frozen):
     """A tool as the model sees it."""
 
+    __slots__ = ("description", "input_schema", "name")
     name: str
     description: str
     input_schema: dict[str, JSONValue]
 
+    def __init__(self, name: str, description: str, input_schema: dict[str, JSONValue]) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "description", description)
+        object.__setattr__(self, "input_schema", input_schema)
 
-@dataclass(frozen=True)
-class ProposedCall:
+
+class ProposedCall(Frozen):
     """A tool call extracted from the model's answer. ``error`` is set when the call cannot be
     executed as given (arguments that are not a JSON object, for instance)."""
 
+    __slots__ = ("error", "id", "input", "name")
     id: str
     name: str
     input: dict[str, JSONValue]
-    error: str | None = None
+    error: str | None
+
+    def __init__(self, id: str, name: str, input: dict[str, JSONValue], error: str | None = None) -> None:
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "input", input)
+        object.__setattr__(self, "error", error)
 
 
-@dataclass
-class ModelTurn:
+class ModelTurn(Plain):
     """One answer from the model.
 
     ``messages`` are appended to the history exactly as given (provider shape, unmodified).
@@ -44,13 +54,32 @@ class ModelTurn:
     when it is empty and ``done`` is false (``pause_turn``, a truncated answer), the loop
     calls the model again."""
 
+    __slots__ = ("done", "messages", "stop_reason", "text", "tokens", "tool_calls", "usage")
     messages: list[JSONValue]
-    tool_calls: list[ProposedCall] = field(default_factory=list)
-    usage: dict[str, JSONValue] = field(default_factory=dict)
-    tokens: int = 0
-    stop_reason: str | None = None
-    text: str | None = None
-    done: bool = True
+    tool_calls: list[ProposedCall]
+    usage: dict[str, JSONValue]
+    tokens: int
+    stop_reason: str | None
+    text: str | None
+    done: bool
+
+    def __init__(
+        self,
+        messages: list[JSONValue],
+        tool_calls: list[ProposedCall] | None = None,
+        usage: dict[str, JSONValue] | None = None,
+        tokens: int = 0,
+        stop_reason: str | None = None,
+        text: str | None = None,
+        done: bool = True,
+    ) -> None:
+        self.messages = messages
+        self.tool_calls = [] if tool_calls is None else tool_calls
+        self.usage = {} if usage is None else usage
+        self.tokens = tokens
+        self.stop_reason = stop_reason
+        self.text = text
+        self.done = done
 
 
 @runtime_checkable

@@ -21,16 +21,28 @@ before it trusts a "not executed" probe (``fencing.LeaseGuard``).
 from __future__ import annotations
 
 import os
-import socket
 import threading
-import uuid
 from collections import Counter, OrderedDict
-from datetime import UTC, datetime
-from pathlib import Path
 
 from . import clock
 
-_HOST = socket.gethostname()
+
+def _host_name() -> str:
+    """This host's name, as ``socket.gethostname()`` gives it (``uname`` where there is one: the
+    socket module costs ~5 ms to import on the resume path, issue 24)."""
+    if hasattr(os, "uname"):
+        return os.uname().nodename
+    import socket
+
+    return socket.gethostname()
+
+
+def _read_text(path: str) -> str:
+    with open(path) as file:  # the locale's encoding, as Path.read_text: /proc text
+        return file.read()
+
+
+_HOST = _host_name()
 _ENDED_KEPT = 4096  # ended owner names remembered; a forgotten one falls back to the lease clock (safe)
 
 _lock = threading.Lock()
@@ -42,7 +54,7 @@ _acting: Counter[tuple[str, str]] = Counter()  # (owner, run_id) -> tools of our
 def _proc_stat(pid: int) -> tuple[str, str] | None:
     """(state letter, start time in clock ticks since boot) of ``pid`` from /proc, or None."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = _read_text(f"/proc/{pid}/stat")
     except OSError:
         return None
     fields = stat[stat.rfind(")") + 2 :].split()
@@ -51,7 +63,7 @@ def _proc_stat(pid: int) -> tuple[str, str] | None:
 
 def _boot_id() -> str:
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace(":", "")
+        return _read_text("/proc/sys/kernel/random/boot_id").strip().replace(":", "")
     except OSError:
         return ""
 
@@ -68,7 +80,7 @@ def make_owner() -> str:
     pid = os.getpid()
     stat = _proc_stat(pid)
     start = stat[1] if stat else "0"
-    return f"{_HOST}:{pid}:{start}:{uuid.uuid4().hex[:8]}:{_boot_id()}:{_pid_namespace()}"
+    return f"{_HOST}:{pid}:{start}:{os.urandom(4).hex()}:{_boot_id()}:{_pid_namespace()}"
 
 
 def _local_pid(owner: str) -> tuple[int, str] | None:
@@ -193,7 +205,9 @@ def describe_live(owner: str) -> str:
     pid, start = local
     try:
         ticks = os.sysconf("SC_CLK_TCK")
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        from datetime import UTC, datetime
+
+        uptime = float(_read_text("/proc/uptime").split()[0])
         started = clock.wall() - uptime + int(start) / ticks
         since = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     except (OSError, ValueError):

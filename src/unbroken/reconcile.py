@@ -24,9 +24,9 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from ._plain import Frozen
 from .codec import ensure_json
 from .errors import NotJSONValue
 from .ledger import EffectLedger
@@ -36,8 +36,7 @@ from .tools import Found, NotExecuted, Tool, Unknown
 Action = Literal["execute", "answer", "unknown", "probe"]
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(Frozen):
     """``execute``: run the tool now (``entry`` is its pending ledger entry, None for read-only).
     ``answer``: use ``result`` without running anything (``entry``, if set, is saved with it).
     ``unknown``: the outcome cannot be established (``entry`` is the in-doubt ledger entry).
@@ -47,12 +46,30 @@ class Decision:
     The why, saved with the call's settlement: ``ledger``, the ledger status found (None: no
     entry), ``probe``, the probe's answer (None: not asked), ``reason`` in words."""
 
+    __slots__ = ("action", "entry", "ledger", "probe", "reason", "result")
     action: Action
-    result: ToolResult | None = None
-    entry: LedgerEntry | None = None
-    reason: str = ""
-    ledger: str | None = None
-    probe: ProbeAnswer | None = None
+    result: ToolResult | None
+    entry: LedgerEntry | None
+    reason: str
+    ledger: str | None
+    probe: ProbeAnswer | None
+
+    def __init__(
+        self,
+        action: Action,
+        result: ToolResult | None = None,
+        entry: LedgerEntry | None = None,
+        reason: str = "",
+        ledger: str | None = None,
+        probe: ProbeAnswer | None = None,
+    ) -> None:
+        set_field = object.__setattr__
+        set_field(self, "action", action)
+        set_field(self, "result", result)
+        set_field(self, "entry", entry)
+        set_field(self, "reason", reason)
+        set_field(self, "ledger", ledger)
+        set_field(self, "probe", probe)
 
 
 def to_content(value: Any) -> str:
@@ -104,7 +121,7 @@ def decide_first(call: ToolCall, tool: Tool | None, ledger: EffectLedger, resolu
     entry = claim.entry
     if claim.outcome == "settled":
         assert entry.result is not None
-        return Decision("answer", replace(entry.result, call_id=call.id, how="reused"), ledger=entry.status)
+        return Decision("answer", entry.result.replace(call_id=call.id, how="reused"), ledger=entry.status)
     # In doubt: an earlier attempt began and its outcome was never recorded.
     if resolution == "not_executed":
         why = "a person said it did not take effect (unbroken resolve)"
@@ -156,7 +173,7 @@ def _not_runnable(
         result = ToolResult(call.id, f"Error: {why}. The call was not executed.", True, "invalid")
         return Decision("answer", result, reason=why)
     if entry.status in ("succeeded", "failed") and entry.result is not None:
-        return Decision("answer", replace(entry.result, call_id=call.id, how="reused"), ledger=entry.status)
+        return Decision("answer", entry.result.replace(call_id=call.id, how="reused"), ledger=entry.status)
     if resolution == "not_executed":  # a person checked: it did not happen, and it cannot run now
         text = f"Error: {why}. The call did not take effect (checked by a person) and was not executed."
         result = ToolResult(call.id, text, True, "invalid")

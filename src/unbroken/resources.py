@@ -24,12 +24,12 @@ the same descriptor. A descriptor that changes gets a new resource.
 from __future__ import annotations
 
 import contextvars
-import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ._log import log
 from .codec import canonical_hash
 from .errors import ConfigError
 from .redact import log_failure
@@ -38,7 +38,6 @@ from .state import JSONValue
 if TYPE_CHECKING:
     from .session import RunSession
 
-log = logging.getLogger("unbroken")
 
 Opener = Callable[[dict[str, JSONValue]], Any]
 """Makes a live resource from its descriptor (a JSON object with at least ``kind``)."""

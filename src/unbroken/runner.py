@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from . import conversation, hooks, owners
+from . import conversation, emitters, owners
 from . import resources as run_resources
 from .acceptance import MAX_COUNT
 from .codec import MIGRATIONS
@@ -25,13 +24,12 @@ from .compaction import Compactor
 from .conversation import TurnsPer
 from .engine import drive_async, drive_sync
 from .errors import ConfigError, LeaseLost, RunNotFound
-from .hooks import Hook
 from .leases import Heartbeat, make_owner, take_lease
 from .missing import missing_run
 from .model import Model
 from .resources import Opener
 from .session import RunResult, RunSession
-from .state import JSONValue, RunState, check_run_id, check_task
+from .state import JSONValue, RunState, check_run_id, check_task, new_run_id
 from .stores.base import Store
 from .tools import Tool, as_tool
 
@@ -45,6 +43,9 @@ DEFAULT_MAX_RESULT_BYTES = 4 * 1024 * 1024
 
 DEFAULT_MAX_CALLS_PER_TURN = 128
 """Tool calls of one model turn that run; the rest are answered with an error (Agent max_calls_per_turn)."""
+
+if TYPE_CHECKING:
+    from .hooks import Hook
 
 
 class Agent:
@@ -318,7 +319,7 @@ class Agent:
         """Take the run's lease (heartbeat running), open or start the run; release on exit."""
         started = time.perf_counter()
         store = store if store is not None else self.store
-        run_id = check_run_id(run_id) if run_id is not None else f"run-{uuid.uuid4().hex[:12]}"
+        run_id = check_run_id(run_id) if run_id is not None else new_run_id()
         check_task(task)
         if task is None and not store.exists(run_id):
             raise RunNotFound(f"no run {run_id!r} to resume in {store.url}; give a task to start it")
@@ -343,18 +344,18 @@ class Agent:
                     started=started,
                 )
                 session.open(task, business_state)
-                hooks.run_started(session)
+                emitters.run_started(session)
                 try:
                     with run_resources.scope(session):  # resource() for its tools; closed when the call ends
                         yield session
                 except LeaseLost as exc:
-                    hooks.lease_lost(session, exc)
-                    hooks.run_ended(session, exc)
+                    emitters.lease_lost(session, exc)
+                    emitters.run_ended(session, exc)
                     raise
                 except BaseException as exc:
-                    hooks.run_ended(session, exc)
+                    emitters.run_ended(session, exc)
                     raise
-                hooks.run_ended(session, None)
+                emitters.run_ended(session, None)
         finally:
             # Released now only if no tool of this call that may act still runs (a thread left past
             # its timeout, or by Ctrl-C, SystemExit or a cancelled arun); else the lease expires

@@ -8,15 +8,15 @@ only drive it.
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from . import clock, crashpoints, hooks, usage
+from . import clock, crashpoints, emitters, usage
+from ._log import log
+from ._plain import Plain
 from .codec import LAYOUT_ONLY, MAX_RECORD_BYTES, EncodedSave, Encoder, encode_full, ensure_json
 from .errors import (
     ConfigError,
@@ -50,28 +50,63 @@ from .window import load_window
 if TYPE_CHECKING:
     from .runner import Agent
 
-log = logging.getLogger("unbroken")
 
 HISTORY_CHECK_STEP = 64
 """``RunState.history_checked`` moves in steps of at least this many messages: a resume scans at
 most this many more than it must, and most save records do not carry the marker."""
 
 
-@dataclass
-class RunResult:
+class RunResult(Plain):
     """How a call to ``Agent.run`` ended. ``status`` is the run's phase: ``completed``,
     ``max_turns``, ``paused`` (an unknown outcome waits for ``unbroken resolve``) or ``failed``."""
 
+    __slots__ = (
+        "output",
+        "reconciled",
+        "recovered_from",
+        "resume_seconds",
+        "resumed",
+        "run_id",
+        "state",
+        "status",
+        "tokens_used",
+        "turns",
+    )
+    _not_shown = frozenset({"state"})  # the whole history: kept out of print(result)
     run_id: str
     status: str
     output: str | None
     turns: int
     tokens_used: int
-    resumed: bool = False
-    resume_seconds: float | None = None
-    reconciled: list[tuple[str, str, str]] = field(default_factory=list)
-    recovered_from: str | None = None
-    state: RunState | None = field(default=None, repr=False)  # the whole history: kept out of print(result)
+    resumed: bool
+    resume_seconds: float | None
+    reconciled: list[tuple[str, str, str]]
+    recovered_from: str | None
+    state: RunState | None
+
+    def __init__(
+        self,
+        run_id: str,
+        status: str,
+        output: str | None,
+        turns: int,
+        tokens_used: int,
+        resumed: bool = False,
+        resume_seconds: float | None = None,
+        reconciled: list[tuple[str, str, str]] | None = None,
+        recovered_from: str | None = None,
+        state: RunState | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.output = output
+        self.turns = turns
+        self.tokens_used = tokens_used
+        self.resumed = resumed
+        self.resume_seconds = resume_seconds
+        self.reconciled = [] if reconciled is None else reconciled
+        self.recovered_from = recovered_from
+        self.state = state
 
 
 class RunSession:
@@ -233,7 +268,7 @@ class RunSession:
             raise
         self.encoder.committed(state, encoded)
         crashpoints.hit(f"save.{label}.after")
-        hooks.save_point(self, label)  # no-op without hooks
+        emitters.save_point(self, label)  # no-op without hooks
         if self.stop.is_set() and not state.finished:
             raise RunInterrupted(f"run {self.run_id!r} stopped at save point {state.save_seq} on request; resume it")
 
@@ -371,7 +406,7 @@ class RunSession:
             self.save("tool_result", ledger=ledger, settled=settled)
         else:
             self.finish_tools(ledger, settled)
-        hooks.tool_ended(self, call, result)  # no-op without hooks
+        emitters.tool_ended(self, call, result)  # no-op without hooks
 
     def finish_tools(self, ledger: Sequence[LedgerEntry] = (), settled: Sequence[Settlement] = ()) -> None:
         state = self.state
@@ -388,9 +423,9 @@ class RunSession:
         """Apply the unknown-outcome policy (``settlement`` says how the outcome came to be
         unknown; the policy is added to it). Returns False when the run must stop here."""
         assert decision.entry is not None
-        entry = replace(decision.entry, status="unknown", updated_at=clock.wall())
+        entry = decision.entry.replace(status="unknown", updated_at=clock.wall())
         policy = self.agent.unknown_policy
-        settled = (replace(settlement, outcome="unknown", policy=policy),) if settlement is not None else ()
+        settled = (settlement.replace(outcome="unknown", policy=policy),) if settlement is not None else ()
         self.reconciled.append((call.id, call.name, "unknown"))
         if policy == "tell_model":
             self.record_result(call, unknown_result(call, decision.reason), entry, *settled)

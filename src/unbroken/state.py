@@ -11,10 +11,11 @@ A run's durable state is split in two on purpose:
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+import os
 from typing import Any, Literal, TypeAlias, get_args
 
 from . import clock
+from ._plain import Frozen, Plain
 
 SCHEMA_VERSION = 2
 """Version of unbroken's own checkpoint format (docs/format.md). Version 1 records are still read
@@ -36,13 +37,31 @@ ResultHow = Literal[
 RESULT_HOWS: tuple[str, ...] = get_args(ResultHow)
 
 
+def sha256_hex(data: bytes) -> str:
+    """The SHA-256 of ``data`` in hex (the same digest as ``hashlib``'s)."""
+    digest: str = _sha256()(data).hexdigest()
+    return digest
+
+
+@functools.cache
+def _sha256() -> Any:
+    """CPython's own SHA-256 where there is one: ``hashlib`` loads OpenSSL (~7 ms), and a resume
+    computes the keys of its pending calls before it can ask its model (issue 24)."""
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # CPython 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]  # CPython 3.12+
+        except ImportError:
+            from hashlib import sha256  # type: ignore[assignment,unused-ignore]
+    return sha256
+
+
 def idempotency_key(run_id: str, call_id: str) -> str:
     """A key from the run id and a call id alone. Runs saved before keys named call
     occurrences hold keys made this way in their pending calls, and those keep working; new
     calls get ``occurrence_key`` (a provider may reuse its call ids)."""
-    import hashlib  # (here: loading OpenSSL costs ~3 ms, and a resume makes no key before its model answers)
-
-    digest = hashlib.sha256(f"{run_id}\x00{call_id}".encode()).hexdigest()
+    digest = sha256_hex(f"{run_id}\x00{call_id}".encode())
     return f"ub_{digest[:40]}"
 
 
@@ -52,23 +71,30 @@ def occurrence_key(run_id: str, save_seq: int, position: int, call_id: str) -> s
     the call (save A), its position in that turn and the provider's id. Two calls never share
     a key even when a provider reuses ``call_0`` every turn or twice in one turn. Fixed in
     ``pending_calls`` at save A, so it is the same across retries and resumes."""
-    import hashlib
-
-    digest = hashlib.sha256(f"{run_id}\x00{save_seq}\x00{position}\x00{call_id}".encode()).hexdigest()
+    digest = sha256_hex(f"{run_id}\x00{save_seq}\x00{position}\x00{call_id}".encode())
     return f"ub_{digest[:40]}"
 
 
-@dataclass
-class ToolCall:
+class ToolCall(Plain):
     """One tool call the model made. ``error`` is set when the call itself is malformed
     (unknown tool, arguments that are not a JSON object): such a call is answered with an
     ``is_error`` result and never executed."""
 
+    __slots__ = ("error", "id", "idempotency_key", "input", "name")
     id: str
     name: str
     input: dict[str, JSONValue]
     idempotency_key: str
-    error: str | None = None
+    error: str | None
+
+    def __init__(
+        self, id: str, name: str, input: dict[str, JSONValue], idempotency_key: str, error: str | None = None
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.input = input
+        self.idempotency_key = idempotency_key
+        self.error = error
 
     def to_json(self) -> dict[str, JSONValue]:
         data: dict[str, JSONValue] = {
@@ -92,15 +118,21 @@ class ToolCall:
         )
 
 
-@dataclass
-class ToolResult:
+class ToolResult(Plain):
     """The answer to one tool call, before it is put in the provider's format.
     ``how`` records where it came from (executed now, reused from the ledger, unknown, ...)."""
 
+    __slots__ = ("call_id", "content", "how", "is_error")
     call_id: str
     content: str
-    is_error: bool = False
-    how: ResultHow = "executed"
+    is_error: bool
+    how: ResultHow
+
+    def __init__(self, call_id: str, content: str, is_error: bool = False, how: ResultHow = "executed") -> None:
+        self.call_id = call_id
+        self.content = content
+        self.is_error = is_error
+        self.how = how
 
     def to_json(self) -> dict[str, JSONValue]:
         return {
@@ -127,13 +159,13 @@ has no probe (``none``)."""
 SettlementOutcome = Literal["ran", "reused", "probed", "not_run", "unknown", "resolved"]
 
 
-@dataclass(frozen=True)
-class Settlement:
+class Settlement(Frozen):
     """How the engine settled one call, saved in the record that settles it (a save record's
     ``settled``, docs/format.md): what it found, what it asked, what it decided and why.
     ``unbroken history``, ``show``, ``watch`` and the inspector render this; they never
     reconstruct it from the results and the ledger."""
 
+    __slots__ = ("attempt", "call_id", "grace", "ledger", "outcome", "policy", "probe", "reason", "resumed", "tool")
     call_id: str
     tool: str
     outcome: SettlementOutcome
@@ -141,20 +173,45 @@ class Settlement:
     the probe's result; ``not_run``: answered with an error and not run (``reason``);
     ``unknown``: the outcome could not be established (``policy`` says what was done);
     ``resolved``: settled by a person (``unbroken resolve``)."""
-    ledger: str | None = None
+    ledger: str | None
     """The ledger status found before deciding (``pending`` = started, outcome never recorded);
     None: no entry (never started as a side effect, or read-only)."""
-    probe: ProbeAnswer | None = None
+    probe: ProbeAnswer | None
     """The probe's answer; None: the probe was not asked (nothing was in doubt)."""
-    policy: str | None = None
+    policy: str | None
     """The unknown-outcome policy applied (``tell_model``, ``pause``, ``fail``)."""
-    attempt: int = 0
+    attempt: int
     """Which start of the call this was (1: the first); 0: it was not started now."""
-    grace: float = 0.0
+    grace: float
     """Seconds waited for the previous holder to be unable to act before trusting the probe."""
-    resumed: bool = False
+    resumed: bool
     """The call was left without a result by a crash or a stop (settled on resume)."""
-    reason: str = ""
+    reason: str
+
+    def __init__(
+        self,
+        call_id: str,
+        tool: str,
+        outcome: SettlementOutcome,
+        ledger: str | None = None,
+        probe: ProbeAnswer | None = None,
+        policy: str | None = None,
+        attempt: int = 0,
+        grace: float = 0.0,
+        resumed: bool = False,
+        reason: str = "",
+    ) -> None:
+        set_field = object.__setattr__
+        set_field(self, "call_id", call_id)
+        set_field(self, "tool", tool)
+        set_field(self, "outcome", outcome)
+        set_field(self, "ledger", ledger)
+        set_field(self, "probe", probe)
+        set_field(self, "policy", policy)
+        set_field(self, "attempt", attempt)
+        set_field(self, "grace", grace)
+        set_field(self, "resumed", resumed)
+        set_field(self, "reason", reason)
 
     def to_json(self) -> dict[str, JSONValue]:
         data: dict[str, JSONValue] = {"call_id": self.call_id, "tool": self.tool, "outcome": self.outcome}
@@ -187,22 +244,30 @@ class Settlement:
         )
 
 
-@dataclass(frozen=True)
-class Resumption:
+class Resumption(Frozen):
     """What a resume found, saved in the first record the resuming process writes (a save
     record's ``resumed``): one per resume, so resumes are counted, never guessed."""
 
+    __slots__ = ("by_hand", "calls", "dangling", "last_seq", "phase")
     phase: str
     """The phase the previous process left the run in (``awaiting_model``: it ended during a
     model call or before one; ``running_tools``: while settling calls; ...)."""
     last_seq: int
     """The last save point the previous process wrote."""
-    dangling: int = 0
+    dangling: int
     """Calls of the turn left without a result."""
-    calls: int = 0
+    calls: int
     """Calls of the turn."""
-    by_hand: int = 0
+    by_hand: int
     """Calls of the turn a person settled while the run was paused (``unbroken resolve``)."""
+
+    def __init__(self, phase: str, last_seq: int, dangling: int = 0, calls: int = 0, by_hand: int = 0) -> None:
+        set_field = object.__setattr__
+        set_field(self, "phase", phase)
+        set_field(self, "last_seq", last_seq)
+        set_field(self, "dangling", dangling)
+        set_field(self, "calls", calls)
+        set_field(self, "by_hand", by_hand)
 
     def to_json(self) -> dict[str, JSONValue]:
         data: dict[str, JSONValue] = {
@@ -226,49 +291,132 @@ class Resumption:
         )
 
 
-@dataclass
-class RunState:
+class RunState(Plain):
     """Everything needed to continue a run. ``store.load(run_id)`` returns one."""
 
+    __slots__ = (
+        "approvals",
+        "attempts",
+        "business_state",
+        "business_state_version",
+        "conversation",
+        "created_at",
+        "error",
+        "history_checked",
+        "messages",
+        "output",
+        "pending_calls",
+        "phase",
+        "provider",
+        "resolutions",
+        "results",
+        "resumes",
+        "run_id",
+        "save_seq",
+        "schema_version",
+        "summary",
+        "summary_upto",
+        "task",
+        "tokens_used",
+        "turns",
+        "updated_at",
+        "usage",
+    )
     run_id: str
     task: str
-    provider: str = "anthropic"
-    schema_version: int = SCHEMA_VERSION
-    save_seq: int = 0
-    turns: int = 0
-    tokens_used: int = 0
-    usage: dict[str, JSONValue] = field(default_factory=dict)
-    phase: Phase = "awaiting_model"
-    messages: list[JSONValue] = field(default_factory=list)
-    business_state: dict[str, JSONValue] = field(default_factory=dict)
-    business_state_version: int = 1
-    pending_calls: list[ToolCall] = field(default_factory=list)
-    results: dict[str, ToolResult] = field(default_factory=dict)
+    provider: str
+    schema_version: int
+    save_seq: int
+    turns: int
+    tokens_used: int
+    usage: dict[str, JSONValue]
+    phase: Phase
+    messages: list[JSONValue]
+    business_state: dict[str, JSONValue]
+    business_state_version: int
+    pending_calls: list[ToolCall]
+    results: dict[str, ToolResult]
     """Results of this turn's calls so far, by the call's idempotency key (one per occurrence)."""
-    resolutions: dict[str, str] = field(default_factory=dict)
-    attempts: dict[str, int] = field(default_factory=dict)
+    resolutions: dict[str, str]
+    attempts: dict[str, int]
     """Re-starts of this turn's read-only calls after a crash, by idempotency key (each saved
     right before the tool runs again), so that a call that kills its process is not run
     forever. Other calls count their starts in their ledger intents."""
-    approvals: dict[str, dict[str, JSONValue]] | None = None
+    approvals: dict[str, dict[str, JSONValue]] | None
     """Approval requests and decisions of this turn's calls, by idempotency key (``approvals.py``).
     None until a run first asks for one, so runs without approvals keep their exact format."""
-    conversation: dict[str, JSONValue] | None = None
+    conversation: dict[str, JSONValue] | None
     """Follow-up messages (``conversation.py``): the current request's turn limit, messages queued
     until the calls in flight are settled, ids of messages already received. None until used."""
-    output: str | None = None
-    error: str | None = None
-    summary: JSONValue = None
-    summary_upto: int = 0
-    resumes: int = 0
+    output: str | None
+    error: str | None
+    summary: JSONValue
+    summary_upto: int
+    resumes: int
     """How many times the run was resumed (each resume's record holds a ``Resumption``):
     the count the operator sees, whatever part of the history is read."""
-    history_checked: int = 0
+    history_checked: int
     """Messages before this index were checked for tool calls left without a result and held none
     other than ``pending_calls`` (``RunSession.repair_dangling``), so a resumed run scans only from
     here. 0 (the whole history is scanned) for runs imported, forked, rewound or recovered."""
-    created_at: float = field(default_factory=clock.wall)
-    updated_at: float = field(default_factory=clock.wall)
+    created_at: float
+    updated_at: float
+
+    def __init__(
+        self,
+        run_id: str,
+        task: str,
+        provider: str = "anthropic",
+        schema_version: int = SCHEMA_VERSION,
+        save_seq: int = 0,
+        turns: int = 0,
+        tokens_used: int = 0,
+        usage: dict[str, JSONValue] | None = None,
+        phase: Phase = "awaiting_model",
+        messages: list[JSONValue] | None = None,
+        business_state: dict[str, JSONValue] | None = None,
+        business_state_version: int = 1,
+        pending_calls: list[ToolCall] | None = None,
+        results: dict[str, ToolResult] | None = None,
+        resolutions: dict[str, str] | None = None,
+        attempts: dict[str, int] | None = None,
+        approvals: dict[str, dict[str, JSONValue]] | None = None,
+        conversation: dict[str, JSONValue] | None = None,
+        output: str | None = None,
+        error: str | None = None,
+        summary: JSONValue = None,
+        summary_upto: int = 0,
+        resumes: int = 0,
+        history_checked: int = 0,
+        created_at: float | None = None,
+        updated_at: float | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.task = task
+        self.provider = provider
+        self.schema_version = schema_version
+        self.save_seq = save_seq
+        self.turns = turns
+        self.tokens_used = tokens_used
+        self.usage = {} if usage is None else usage
+        self.phase = phase
+        self.messages = [] if messages is None else messages
+        self.business_state = {} if business_state is None else business_state
+        self.business_state_version = business_state_version
+        self.pending_calls = [] if pending_calls is None else pending_calls
+        self.results = {} if results is None else results
+        self.resolutions = {} if resolutions is None else resolutions
+        self.attempts = {} if attempts is None else attempts
+        self.approvals = approvals
+        self.conversation = conversation
+        self.output = output
+        self.error = error
+        self.summary = summary
+        self.summary_upto = summary_upto
+        self.resumes = resumes
+        self.history_checked = history_checked
+        self.created_at = clock.wall() if created_at is None else created_at
+        self.updated_at = clock.wall() if updated_at is None else updated_at
 
     @property
     def finished(self) -> bool:
@@ -367,10 +515,10 @@ class RunState:
         return self.results.get(call.idempotency_key)
 
 
-@dataclass(frozen=True)
-class RunSummary:
+class RunSummary(Frozen):
     """One row of ``store.list_runs()``: cheap to read, no messages."""
 
+    __slots__ = ("phase", "run_id", "save_seq", "task", "tokens_used", "turns", "updated_at")
     run_id: str
     task: str
     phase: str
@@ -379,11 +527,23 @@ class RunSummary:
     save_seq: int
     updated_at: float
 
+    def __init__(
+        self, run_id: str, task: str, phase: str, turns: int, tokens_used: int, save_seq: int, updated_at: float
+    ) -> None:
+        set_field = object.__setattr__
+        set_field(self, "run_id", run_id)
+        set_field(self, "task", task)
+        set_field(self, "phase", phase)
+        set_field(self, "turns", turns)
+        set_field(self, "tokens_used", tokens_used)
+        set_field(self, "save_seq", save_seq)
+        set_field(self, "updated_at", updated_at)
 
-@dataclass(frozen=True)
-class SaveInfo:
+
+class SaveInfo(Frozen):
     """One entry of a run's timeline (``store.history(run_id)``)."""
 
+    __slots__ = ("at", "label", "messages_added", "phase", "seq", "snapshot", "tokens_used", "turns")
     seq: int
     label: str
     phase: str
@@ -393,34 +553,93 @@ class SaveInfo:
     at: float
     snapshot: bool
 
+    def __init__(
+        self,
+        seq: int,
+        label: str,
+        phase: str,
+        turns: int,
+        tokens_used: int,
+        messages_added: int,
+        at: float,
+        snapshot: bool,
+    ) -> None:
+        set_field = object.__setattr__
+        set_field(self, "seq", seq)
+        set_field(self, "label", label)
+        set_field(self, "phase", phase)
+        set_field(self, "turns", turns)
+        set_field(self, "tokens_used", tokens_used)
+        set_field(self, "messages_added", messages_added)
+        set_field(self, "at", at)
+        set_field(self, "snapshot", snapshot)
+
 
 LedgerStatus = Literal["pending", "succeeded", "failed", "unknown"]
 LEDGER_STATUSES: tuple[str, ...] = get_args(LedgerStatus)
 
 
-@dataclass
-class LedgerEntry:
+class LedgerEntry(Plain):
     """What the effect ledger knows about one idempotency key.
 
     ``pending`` means the intent was saved and the tool may or may not have run;
     ``succeeded``/``failed`` carry the recorded result; ``unknown`` means the outcome
     could not be established and was reported as such."""
 
+    __slots__ = (
+        "args_hash",
+        "attempts",
+        "call_id",
+        "created_at",
+        "fence",
+        "key",
+        "result",
+        "run_id",
+        "status",
+        "tool",
+        "updated_at",
+    )
     run_id: str
     key: str
     call_id: str
     tool: str
     args_hash: str
     status: LedgerStatus
-    attempts: int = 1
-    result: ToolResult | None = None
-    created_at: float = field(default_factory=clock.wall)
-    updated_at: float = field(default_factory=clock.wall)
-    fence: int | None = None
+    attempts: int
+    result: ToolResult | None
+    created_at: float
+    updated_at: float
+    fence: int | None
     """The lease fence under which this attempt started (``claim``, ``retry``): who may still be
     acting on it if it is left in doubt (``fencing.LeaseGuard.absence_needs_wait``). None for an
     entry written outside a lease, or before the field existed (such entries omit it in JSON, so
     their checksums are unchanged)."""
+
+    def __init__(
+        self,
+        run_id: str,
+        key: str,
+        call_id: str,
+        tool: str,
+        args_hash: str,
+        status: LedgerStatus,
+        attempts: int = 1,
+        result: ToolResult | None = None,
+        created_at: float | None = None,
+        updated_at: float | None = None,
+        fence: int | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.key = key
+        self.call_id = call_id
+        self.tool = tool
+        self.args_hash = args_hash
+        self.status = status
+        self.attempts = attempts
+        self.result = result
+        self.created_at = clock.wall() if created_at is None else created_at
+        self.updated_at = clock.wall() if updated_at is None else updated_at
+        self.fence = fence
 
     def to_json(self) -> dict[str, JSONValue]:
         data: dict[str, JSONValue] = {
@@ -457,18 +676,30 @@ class LedgerEntry:
         )
 
 
-@dataclass(frozen=True)
-class Lease:
+class Lease(Frozen):
     """Proof that this worker may write a run. Every save carries ``fence``; the store refuses
     a save whose fence is not the run's current one."""
 
+    __slots__ = ("expires_at", "fence", "owner", "previous_fence", "run_id")
+    _not_compared = frozenset({"previous_fence"})
     run_id: str
     owner: str
     fence: int
     expires_at: float
-    previous_fence: int | None = field(default=None, compare=False)
+    previous_fence: int | None
     """The run's fence just before this lease was taken (0: it had none), which tells whom it
-    was taken from (fences are not consecutive: ``stores.base.next_fence``); None: not known."""
+    was taken from (fences are not consecutive: ``stores.base.next_fence``); None: not known.
+    Not part of equality."""
+
+    def __init__(
+        self, run_id: str, owner: str, fence: int, expires_at: float, previous_fence: int | None = None
+    ) -> None:
+        set_field = object.__setattr__
+        set_field(self, "run_id", run_id)
+        set_field(self, "owner", owner)
+        set_field(self, "fence", fence)
+        set_field(self, "expires_at", expires_at)
+        set_field(self, "previous_fence", previous_fence)
 
 
 _RUN_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -487,6 +718,11 @@ def check_run_id(run_id: object) -> str:
 
 
 _CHECKED_RUN_IDS: set[str] = set()
+
+
+def new_run_id() -> str:
+    """A fresh run id for a run started without one: ``run-`` and 12 random hex digits."""
+    return f"run-{os.urandom(6).hex()}"
 
 
 def check_task(task: object) -> None:

@@ -13,31 +13,38 @@ import inspect
 import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
 
+from ._plain import Frozen
 from .errors import ToolDefinitionError
 from .model import ToolSpec
 from .state import EFFECTS, Effect, JSONValue, ToolCall
 
 
-@dataclass(frozen=True)
-class Found:
+class Found(Frozen):
     """Probe answer: the call did take effect; ``result`` is what the tool would have returned."""
 
+    __slots__ = ("result",)
     result: JSONValue
 
+    def __init__(self, result: JSONValue) -> None:
+        object.__setattr__(self, "result", result)
 
-@dataclass(frozen=True)
-class NotExecuted:
+
+class NotExecuted(Frozen):
     """Probe answer: the call certainly did not take effect; it is safe to run it now."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True)
-class Unknown:
+
+class Unknown(Frozen):
     """Probe answer: cannot tell whether the call took effect."""
 
-    reason: str = ""
+    __slots__ = ("reason",)
+    reason: str
+
+    def __init__(self, reason: str = "") -> None:
+        object.__setattr__(self, "reason", reason)
 
 
 ProbeAnswer = Found | NotExecuted | Unknown
@@ -45,27 +52,69 @@ Probe = Callable[[ToolCall], ProbeAnswer | Awaitable[ProbeAnswer]]
 """A probe may be ``async def``: both ``run`` and ``arun`` await it."""
 
 
-@dataclass(frozen=True)
-class Tool:
+class Tool(Frozen):
     """A callable the model can use. Build one with ``@tool``."""
 
+    __slots__ = (
+        "approval",
+        "approval_ttl",
+        "description",
+        "effect",
+        "fn",
+        "input_schema",
+        "is_async",
+        "name",
+        "probe",
+        "takes_call",
+        "takes_state",
+        "timeout",
+    )
     name: str
     description: str
     effect: Effect
     fn: Callable[..., Any]
     input_schema: dict[str, JSONValue]
-    probe: Probe | None = None
-    takes_call: bool = False
-    takes_state: bool = False
-    is_async: bool = False
-    timeout: float | None = None
+    probe: Probe | None
+    takes_call: bool
+    takes_state: bool
+    is_async: bool
+    timeout: float | None
     """Seconds the tool may run. Past it the engine stops waiting: a side effect's outcome is
     then unknown (it may still act), another call's result is an error."""
-    approval: bool | Callable[[ToolCall], bool] = False
+    approval: bool | Callable[[ToolCall], bool]
     """Ask a person before each call runs (True), or per call (a function of the call saying
     whether this one needs approval). See ``approvals.py``."""
-    approval_ttl: float | None = None
+    approval_ttl: float | None
     """Seconds an approval request (and the approval given to it) stays valid; None: forever."""
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        effect: Effect,
+        fn: Callable[..., Any],
+        input_schema: dict[str, JSONValue],
+        probe: Probe | None = None,
+        takes_call: bool = False,
+        takes_state: bool = False,
+        is_async: bool = False,
+        timeout: float | None = None,
+        approval: bool | Callable[[ToolCall], bool] = False,
+        approval_ttl: float | None = None,
+    ) -> None:
+        set_field = object.__setattr__
+        set_field(self, "name", name)
+        set_field(self, "description", description)
+        set_field(self, "effect", effect)
+        set_field(self, "fn", fn)
+        set_field(self, "input_schema", input_schema)
+        set_field(self, "probe", probe)
+        set_field(self, "takes_call", takes_call)
+        set_field(self, "takes_state", takes_state)
+        set_field(self, "is_async", is_async)
+        set_field(self, "timeout", timeout)
+        set_field(self, "approval", approval)
+        set_field(self, "approval_ttl", approval_ttl)
 
     @property
     def spec(self) -> ToolSpec:

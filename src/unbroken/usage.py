@@ -14,15 +14,13 @@ would refuse such a save anyway: this keeps the run going instead).
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping
 from typing import Any
 
+from ._log import log
 from .acceptance import MAX_COUNT
 from .state import JSONValue
-
-log = logging.getLogger("unbroken")
 
 DROPPED = "unbroken_dropped"
 """The usage key counting values dropped by the rule above (summed over the run's turns)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import unbroken
 
@@ -76,3 +77,46 @@ def test_importing_unbroken_loads_only_its_errors_until_a_name_is_used() -> None
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["unbroken,unbroken.errors", "True", "True"]
+
+
+_RESUMER = """
+import os, sys
+from unbroken import Agent, ScriptedModel, open_store, tool
+
+class Ask(ScriptedModel):
+    def complete(self, messages, tools, system):
+        if len(messages) > 1:  # the resumed run asks for its next turn: what has it loaded?
+            print(",".join(sorted(sys.modules)), flush=True)
+            os._exit(0)
+        return super().complete(messages, tools, system)
+
+@tool(effect="read_only")
+def lookup(key: str) -> str:
+    \"\"\"Look a key up.\"\"\"
+    if sys.argv[2] == "start":
+        os._exit(9)  # the first process dies in its tool call: the resume finds the call pending
+    return key
+
+call = {"type": "tool_use", "id": "t1", "name": "lookup", "input": {"key": "a"}}
+turn = {"content": [call], "stop_reason": "tool_use"}
+task = None if sys.argv[2] == "resume" else "a task"
+Agent(Ask([turn]), [lookup], open_store(sys.argv[1])).run(task, run_id="pinned")
+"""
+
+
+def test_a_resume_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
+    # Issue 24: a crash's cost is judged against a fresh python that only parses the history.
+    # Modules a resume without hooks never uses stay unloaded up to its model request: hooks'
+    # event classes (emitters.py imports them for the first event), hashlib/OpenSSL (the keys of
+    # the pending call use CPython's own SHA-256), socket (uname gives the host name), difflib,
+    # shutil, and logging (``_log.log`` imports it when something is first logged).
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    started = subprocess.run([sys.executable, "-c", _RESUMER, url, "start"], capture_output=True, timeout=60)
+    assert started.returncode == 9, started.stderr
+    done = subprocess.run(
+        [sys.executable, "-c", _RESUMER, url, "resume"], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = set(done.stdout.strip().split(","))
+    assert "unbroken.runner" in loaded and "unbroken.window" in loaded  # (it did resume)
+    unused = ("unbroken.hooks", "hashlib", "_hashlib", "socket", "difflib", "shutil", "bz2", "lzma", "logging")
+    assert [name for name in unused if name in loaded] == []

@@ -126,8 +126,7 @@ class RunLog:
                 new_items, new_head = change(state)
                 if not new_items and new_head is None:
                     return
-                updated = replace(
-                    state,
+                updated = state.replace(
                     save_seq=state.save_seq + 1,
                     messages=state.messages + new_items,
                     business_state=new_head if new_head is not None else state.business_state,

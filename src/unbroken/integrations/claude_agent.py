@@ -33,7 +33,6 @@ import json
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from ..codec import canonical_hash
@@ -334,7 +333,7 @@ class DurableTools:
         for entry in ledger.store.ledger_list(ledger.run_id):
             in_doubt = entry.status in ("pending", "unknown") and entry.key not in self._running
             if in_doubt and entry.tool == call.name and entry.args_hash == what:
-                return replace(call, idempotency_key=entry.key)
+                return call.replace(idempotency_key=entry.key)
         return call
 
     async def run_call(self, tool: SdkMcpTool[Any], arguments: dict[str, Any]) -> dict[str, Any]:

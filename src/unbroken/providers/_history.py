@@ -7,23 +7,40 @@ A history is a list of plain dicts in the provider's shape; nothing here imports
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from .._plain import Frozen
 from ..model import ProposedCall
 from ..state import JSONValue, ToolCall, ToolResult
 
 
-@dataclass(frozen=True)
-class HistoryFormat:
+class HistoryFormat(Frozen):
     """One provider's history rules: the history half of the ``Model`` protocol, as pure functions."""
 
+    __slots__ = ("dangling_call_ids", "find_calls", "provider", "start_messages", "tool_result_messages", "turn_starts")
     provider: str
     start_messages: Callable[[str], list[JSONValue]]
     tool_result_messages: Callable[[Sequence[ToolCall], Sequence[ToolResult]], list[JSONValue]]
     dangling_call_ids: Callable[[Sequence[JSONValue]], list[str]]
     find_calls: Callable[[Sequence[JSONValue], Sequence[str]], list[ProposedCall]]
     turn_starts: Callable[[Sequence[JSONValue]], list[int]]
+
+    def __init__(
+        self,
+        provider: str,
+        start_messages: Callable[[str], list[JSONValue]],
+        tool_result_messages: Callable[[Sequence[ToolCall], Sequence[ToolResult]], list[JSONValue]],
+        dangling_call_ids: Callable[[Sequence[JSONValue]], list[str]],
+        find_calls: Callable[[Sequence[JSONValue], Sequence[str]], list[ProposedCall]],
+        turn_starts: Callable[[Sequence[JSONValue]], list[int]],
+    ) -> None:
+        set_field = object.__setattr__
+        set_field(self, "provider", provider)
+        set_field(self, "start_messages", start_messages)
+        set_field(self, "tool_result_messages", tool_result_messages)
+        set_field(self, "dangling_call_ids", dangling_call_ids)
+        set_field(self, "find_calls", find_calls)
+        set_field(self, "turn_starts", turn_starts)
 
 
 def start_messages(task: str) -> list[JSONValue]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from ..model import ModelTurn, ToolSpec
@@ -101,8 +100,7 @@ class AnthropicModel(SDKModel):
             and last.get("type") == "tool_use"
             and last.get("id") == calls[-1].id
         ):
-            calls[-1] = replace(
-                calls[-1],
+            calls[-1] = calls[-1].replace(
                 error="the answer was cut off at max_tokens inside this call, so its input may be incomplete",
             )
         text = fmt.text_of(content)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from ..model import ModelTurn, ProposedCall, ToolSpec
@@ -85,7 +84,7 @@ class OpenAIChatModel(SDKModel):
         usage = _client.usage_of(response)
         calls: list[ProposedCall] = fmt.chat_tool_calls(message)
         if finish_reason == "length" and calls and calls[-1].error is None:
-            calls[-1] = replace(calls[-1], error="the answer was cut off at the token limit inside this call")
+            calls[-1] = calls[-1].replace(error="the answer was cut off at the token limit inside this call")
         if finish_reason not in (None, "stop", "tool_calls") or message.get("refusal"):
             log.warning("OpenAI chat answer finished with %r (refusal: %r)", finish_reason, message.get("refusal"))
         return ModelTurn(

@@ -19,8 +19,6 @@ Recovery is an operator act (``unbroken.ops.recover``).
 
 from __future__ import annotations
 
-import difflib
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Self
@@ -42,7 +40,17 @@ from ..errors import (
     UnbrokenError,
     Unsupported,
 )
-from ..state import TERMINAL_PHASES, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, check_run_id, check_task
+from ..state import (
+    TERMINAL_PHASES,
+    Lease,
+    LedgerEntry,
+    RunState,
+    RunSummary,
+    SaveInfo,
+    check_run_id,
+    check_task,
+    new_run_id,
+)
 from .backend import (
     CAPABILITIES,
     Backend,
@@ -335,6 +343,8 @@ class Store:
             known = [row.run_id for row in self.backend.summaries_page(None, SUGGEST_FROM)]
         except UnbrokenError:  # a suggestion is a courtesy: the run is not found either way
             return ""
+        import difflib  # (here: ~2 ms of import a resume never needs)
+
         near = difflib.get_close_matches(run_id, known, n=3, cutoff=0.6)
         return f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
 
@@ -435,7 +445,7 @@ class Store:
         except Refused:
             raise self._refusal(run_id, 0, fence) from None
         if existing is None:
-            return replace(entry), True
+            return entry.replace(), True
         stored = self._checked(run_id, existing, entry.key)
         if stored is None:  # the backend answered with an entry of another run or key: never use it
             raise CorruptCheckpoint(
@@ -536,7 +546,7 @@ class Store:
                 raise LeaseLost(f"lease on run {lease.run_id!r} (fence {lease.fence}) was taken over")
             new = replace(head, expires_at=self.backend.lease_time() + ttl)
             if self.backend.swap_head(lease.run_id, head, new):
-                return replace(lease, expires_at=new.expires_at)
+                return lease.replace(expires_at=new.expires_at)
         raise StoreUnavailable(f"the lease of run {lease.run_id!r} kept changing; retry")
 
     def release_lease(self, lease: Lease) -> None:
@@ -603,7 +613,7 @@ class Store:
         it; workers started for another agent name leave it alone. Durable when it returns;
         safe to call twice with the same run id and task. Raises ``TaskMismatch`` if the run id
         holds another task, ``Unsupported`` on stores without the ``claim`` capability."""
-        run_id = check_run_id(run_id if run_id is not None else f"run-{uuid.uuid4().hex[:12]}")
+        run_id = check_run_id(run_id if run_id is not None else new_run_id())
         if self._queue is None:
             raise self._unsupported("queue runs for workers")
         check_task(task)
