@@ -137,8 +137,8 @@ def test_sqlite_full_disk_and_io_errors_at_every_statement_are_typed_and_change_
     url = _base("sqlite", base)
     probe = open_store(url.replace(str(base), str(_fresh(base, scratch / "count"))))
     loaded = probe.load(RUN_ID)
-    counter = FailingConnection(probe.conn, None, "")  # type: ignore[attr-defined]
-    probe._conn = counter  # type: ignore[attr-defined]
+    counter = FailingConnection(probe.backend.conn, None, "")  # type: ignore[attr-defined]
+    probe.backend._conn = counter  # type: ignore[attr-defined]
     OPERATIONS[operation](probe, loaded)
     steps = len(counter.calls)
     probe.close()
