@@ -26,6 +26,7 @@ import json
 import platform
 import shutil
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -206,8 +207,14 @@ def _report_text(results: Results, agent_rows: list[bench_agent.AgentResult], he
     if results.scale:
         out += ["\nA compacted run resumed (issue 16 goal 2):\n", report.scale_table(results.scale)]
     out.append("")
-    for runs, rate in results.fleet.items():
-        out.append(f"PostgreSQL, {runs} runs saving at once (one process each): {rate:,.0f} save points/s")
+    for runs, fleet in results.fleet.items():
+        ratios = ", ".join(f"{s / b:.2f}" for s, b in zip(fleet.saves, fleet.bare, strict=True))
+        out.append(
+            f"PostgreSQL, {runs} runs saving at once (one process and connection each, {2 * fleet.turns + 1} saves "
+            f"each): {statistics.median(fleet.saves):,.0f} save points/s; the same record bytes as bare autocommit "
+            f"INSERTs from {runs} connections: {statistics.median(fleet.bare):,.0f}/s (medians of {len(fleet.saves)} "
+            f"alternated rounds; rounds' ratios {ratios})"
+        )
     for agent in agent_rows:
         out.append(
             f"End-to-end Agent.run ({agent.store}, ScriptedModel, {agent.turns:,} turns): "
@@ -334,6 +341,11 @@ def _link_scale_floor(results: Results) -> None:
         row.floor_seconds = floors.get(row.turns)
 
 
+FLEET_ROUNDS = 5
+"""Rounds of the fleet rows, each unbroken's saves and the bare loop back to back (order
+alternating): the machine is shared, so the verdict is the median of the rounds' ratios."""
+
+
 def _fleet(fleet_runs: list[int], quick: bool, results: Results) -> None:
     import os
 
@@ -347,8 +359,9 @@ def _fleet(fleet_runs: list[int], quick: bool, results: Results) -> None:
         return
     try:
         for runs in fleet_runs:
-            _say(f"PostgreSQL: {runs} runs saving at once")
-            results.fleet[runs] = bench.concurrent_saves(runs, 10 if quick else max(20, 800 // runs))
+            _say(f"PostgreSQL: {runs} runs saving at once, and the bare INSERT loop")
+            turns = 10 if quick else max(20, 800 // runs)
+            results.fleet[runs] = bench.fleet(runs, turns, rounds=3 if quick else FLEET_ROUNDS)
     finally:
         bench.close()
 
@@ -390,7 +403,10 @@ def _write_json(path: Path, results: Results, verdicts: list[str]) -> None:
         ],
         "crash": [vars(row) for row in results.crash],
         "scale": [vars(row) for row in results.scale],
-        "fleet_saves_per_second": results.fleet,
+        "fleet": {
+            runs: {"saves_per_second": fleet.saves, "bare_inserts_per_second": fleet.bare, "ratio": fleet.ratio}
+            for runs, fleet in results.fleet.items()
+        },
         "import": None if results.imports is None else vars(results.imports),
         "targets": verdicts,
         "notes": results.notes,
