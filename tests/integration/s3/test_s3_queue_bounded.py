@@ -10,6 +10,7 @@ open (the upgrade rule in ``_s3_queue``)."""
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -180,6 +181,25 @@ def test_a_queue_page_reads_each_run_s_submission_and_head_once(s3_url: str) -> 
     run_ids = [f"q-{n:05d}" for n in range(6)]  # the page and one more: are there more?
     expected = ["LIST order/", *(f"GET queue/{r}" for r in run_ids), *(f"GET runs/{r}/head" for r in run_ids)]
     assert Counter(sent) == Counter(expected), sent
+
+
+def test_a_page_s_reads_are_sent_from_the_store_s_bounded_pool(s3_url: str) -> None:
+    threads: list[str] = []
+    with open_store(s3_url) as store:
+        assert isinstance(store, S3Store)
+        small_queue(store, 40)
+        record = lambda request, **_: threads.append(threading.current_thread().name)  # noqa: E731
+        events = store.objects.client().meta.events
+        events.register("before-send.s3", record)
+        try:
+            ops.queued_page(store, limit=30)
+        finally:
+            events.unregister("before-send.s3", record)
+
+    assert len(threads) == 1 + 31 + 31
+    readers = set(threads[1:])  # after the listing, every GET from the pool, not this thread
+    assert all(name.startswith("unbroken-s3") for name in readers), readers
+    assert 1 < len(readers) <= _s3_objects.PARALLEL_READS
 
 
 def test_a_started_run_is_left_out_and_a_parked_one_is_marked_lost(s3_url: str) -> None:
