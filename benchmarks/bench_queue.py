@@ -197,7 +197,7 @@ def _s3_floor(client: Any, bucket: str, needed: list[tuple[str, dict[str, Any]]]
     of a plain loop and ``PARALLEL_READS`` threads (the listings first, as a page must)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import botocore.exceptions
+    import botocore.exceptions  # type: ignore[import-untyped]
 
     from unbroken.stores._s3_objects import PARALLEL_READS
 

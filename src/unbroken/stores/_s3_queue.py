@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ._s3_layout import Head
@@ -117,10 +118,10 @@ class S3Queue:
         start = order_name(*after) if after is not None else None
         names = self.objects.names_after(ORDER, start, limit)
         run_ids = [name[len(ORDER) :].split("-", 1)[1] for name in names]
-        reads = [(self.submission, run_id) for run_id in run_ids]
+        reads: list[Callable[[], Any]] = [partial(self.submission, run_id) for run_id in run_ids]
         if heads:
-            reads += [(self._fetch_head, run_id) for run_id in run_ids]
-        found = self.objects.parallel(lambda read: read[0](read[1]), reads)
+            reads += [partial(self._fetch_head, run_id) for run_id in run_ids]
+        found = self.objects.parallel(lambda read: read(), reads)
         fetched: list[Any] = found[len(run_ids) :] if heads else [None] * len(run_ids)
         page = [
             (queued, head[0] if head is not None else None)

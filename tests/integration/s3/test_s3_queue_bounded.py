@@ -235,7 +235,7 @@ def test_order_objects_left_by_a_crashed_submit_are_skipped_in_order(s3_url: str
 
 
 def test_a_failing_read_in_a_page_is_store_unavailable_naming_the_object(s3_url: str) -> None:
-    import botocore.awsrequest
+    import botocore.awsrequest  # type: ignore[import-untyped]  # no stubs shipped
 
     with open_store(s3_url) as store:
         assert isinstance(store, S3Store)
