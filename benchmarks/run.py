@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         text += "\n" + "\n".join(bench_queue.lines(queue_rows))
         text += (
             "\nNote: the queue's S3 row runs on moto, a mock in this process (~4 ms a request here): "
-            "its request count is what a real service is sent, its time is moto's."
+            "its request count is what a real service is sent, its time is moto's; it is judged against "
+            "moto's floor for the requests a page needs (bare boto3), printed beside it."
         )
     print()
     print(text)

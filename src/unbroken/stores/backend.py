@@ -299,6 +299,14 @@ class Backend(ABC):
                     break
         return page
 
+    def unstarted_with_heads(
+        self, after: tuple[float, str] | None, limit: int
+    ) -> list[tuple[Submission, RunHead | None]]:
+        """``unstarted_page`` with each run's head (None: it has none): what a listing needs to
+        mark a parked run. Default: ``unstarted_page``, then one ``read_head`` per row; a store
+        that reads the heads to choose the page (S3) returns those, saving a read per row."""
+        return [(item, self.read_head(item.run_id)) for item in self.unstarted_page(after, limit)]
+
     def scrub(self) -> str:
         """After deletes that must not be recoverable (``erase``): make the deleted bytes
         unreadable where the backend can, and say what was done ("" when it can do nothing

@@ -424,7 +424,7 @@ class S3Store(S3Ledger, S3Queue, Store):
         meanwhile is never claimed again)."""
         claimed: list[ClaimedRun] = []
         for page in self.queue_from(None, CLAIM_PAGE):
-            for queued in page:
+            for queued, _ in page:
                 if len(claimed) >= limit:
                     return claimed
                 if agent is not None and queued.agent != agent:
