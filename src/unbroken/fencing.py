@@ -198,14 +198,16 @@ class LeaseGuard:
         )
 
     @contextmanager
-    def acting(self, effect: str) -> Iterator[LeaseGuard]:
+    def acting(self, effect: str, *, checked: bool = False) -> Iterator[LeaseGuard]:
         """Around one tool execution: unless the tool is ``read_only``, ``check`` first (so a
         ``LeaseLost`` stops the tool before it starts) and count it as able to act until it
         returns (``finish`` waits for it); then let the tool reach this guard through
-        ``current_lease()``."""
+        ``current_lease()``. ``checked``: the caller has just run ``check`` itself (``arun``
+        runs it in a store thread, off the event loop)."""
         done = None
         if effect != "read_only":
-            self.check()
+            if not checked:
+                self.check()
             done = self.tool_started()
         token = _CURRENT.set(self)
         try:

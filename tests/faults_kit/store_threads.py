@@ -1,0 +1,72 @@
+"""Which thread calls a store: the proof that ``Agent.arun`` keeps store work off the event loop.
+
+``watch(store)`` swaps the store's class for a subclass whose every method notes the calling
+thread (the rules of ``Store``, the primitives, a backend's own fast paths alike), so the test
+holds for any store. A test sets ``loop_thread`` from inside its event loop and reads
+``on_loop()``: the names of the store methods called on that thread (none, if the store's work
+was handed off).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from unbroken.stores.base import Store
+
+
+class StoreThreads:
+    """The calls made to one store, with the thread of each."""
+
+    def __init__(self) -> None:
+        self.loop_thread: int | None = None
+        self.calls: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+        self.running = 0
+        """Calls in progress now (one store method calling another counts once per level)."""
+        self.most_at_once = 0
+
+    def on_loop(self) -> list[str]:
+        """The store methods called on the event loop's thread."""
+        return [name for name, thread in self.calls if thread == self.loop_thread]
+
+    def enter(self, name: str) -> None:
+        with self._lock:
+            self.calls.append((name, threading.get_ident()))
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.running -= 1
+
+
+def watch(store: Store) -> StoreThreads:
+    """Note the thread of every call to ``store``'s methods from now on."""
+    watcher = StoreThreads()
+    cls = type(store)
+    wrapped: dict[str, Any] = {}
+    for name in dir(cls):
+        if name.startswith("__") or name in ("close",):
+            continue
+        static = inspect.getattr_static(cls, name)
+        if isinstance(static, staticmethod | classmethod | property) or not inspect.isfunction(static):
+            continue
+        wrapped[name] = _noting(name, static, watcher)
+    store.__class__ = type(f"Watched{cls.__name__}", (cls,), wrapped)
+    return watcher
+
+
+def _noting(name: str, method: Callable[..., Any], watcher: StoreThreads) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def noted(self: Store, *args: Any, **kwargs: Any) -> Any:
+        watcher.enter(name)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            watcher.leave()
+
+    return noted
