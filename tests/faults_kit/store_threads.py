@@ -70,3 +70,34 @@ def _noting(name: str, method: Callable[..., Any], watcher: StoreThreads) -> Cal
             watcher.leave()
 
     return noted
+
+
+def arun_many(store: Store, runs: int) -> tuple[StoreThreads, list[str], list[int]]:
+    """``runs`` runs at once through ``Agent.arun`` on ``store`` (a side-effecting call each, then
+    an answer), watched: returns the watch, each run's status, and the charges made."""
+    import asyncio
+
+    from unbroken import Agent, ScriptedModel, tool
+
+    threads = watch(store)
+    charges: list[int] = []
+
+    @tool(effect="side_effect")
+    def charge(amount: int) -> str:
+        charges.append(amount)
+        return f"charged {amount}"
+
+    def agent(amount: int) -> Agent:
+        call = {"type": "tool_use", "id": f"c{amount}", "name": "charge", "input": {"amount": amount}}
+        script: list[dict[str, Any]] = [
+            {"content": [call], "stop_reason": "tool_use", "usage": {}},
+            {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "usage": {}},
+        ]
+        return Agent(ScriptedModel(script), [charge], store)
+
+    async def main() -> list[str]:
+        threads.loop_thread = threading.get_ident()
+        results = await asyncio.gather(*(agent(n).arun("charge", run_id=f"run-{n}") for n in range(runs)))
+        return [result.status for result in results]
+
+    return threads, asyncio.run(main()), charges

@@ -18,6 +18,7 @@ Imported lazily (asyncio and concurrent.futures cost ~35 ms at ``import unbroken
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import threading
 import weakref
@@ -80,7 +81,8 @@ async def off_loop(store: Store, function: Callable[..., T], /, *args: object) -
     store work (a save, a load, a ledger claim), so the event loop never waits on the store.
     Returns its result or raises its error. Cancelled while it runs: the call is still waited
     for (a save is made or not, never left in flight), then ``CancelledError`` is raised."""
-    future, cancelled = await settle(store, lambda: function(*args))
+    context = contextvars.copy_context()  # as asyncio.to_thread: the call sees the caller's context
+    future, cancelled = await settle(store, lambda: context.run(function, *args))
     if cancelled:
         raise asyncio.CancelledError
     return future.result()

@@ -81,7 +81,7 @@ class RedisStore(RedisQueue):
         try:
             # A blocking pool: a thread past pool_size waits for a free connection instead of opening more.
             pool = redis.BlockingConnectionPool.from_url(
-                client_url, max_connections=self.concurrency, timeout=None, socket_connect_timeout=5, socket_timeout=30
+                client_url, max_connections=self.concurrency, timeout=20, socket_connect_timeout=5, socket_timeout=30
             )
             self._client = redis.Redis(connection_pool=pool)
         except ValueError as exc:
