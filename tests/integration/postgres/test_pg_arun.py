@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from faults_kit.store_threads import arun_many
 from pgtest import with_options
 
+from faults_kit.store_threads import arun_many
 from unbroken.stores.offload import executor, off_loop
 from unbroken.stores.postgres import PostgresStore
 

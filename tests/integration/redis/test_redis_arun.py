@@ -7,8 +7,8 @@ import asyncio
 import threading
 
 import pytest
-from faults_kit.store_threads import arun_many
 
+from faults_kit.store_threads import arun_many
 from unbroken.errors import InvalidStoreURL
 from unbroken.stores.offload import executor, off_loop
 from unbroken.stores.redis import RedisStore
