@@ -24,7 +24,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from .base import Store
@@ -71,7 +71,7 @@ async def settle(store: Store, call: Callable[[], T]) -> tuple[Future[T], bool]:
     return future, cancelled
 
 
-def _retrieved(waiter: asyncio.Future[object]) -> None:
+def _retrieved(waiter: asyncio.Future[Any]) -> None:
     if not waiter.cancelled():
         waiter.exception()
 
