@@ -5,8 +5,13 @@ correctly (issue 24 goal 2)."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +27,7 @@ from unbroken.stores.backend import SealedEntry
 from unbroken.stores.base import Store
 from unbroken.stores.memory import InMemoryStore
 from unbroken.stores.offload import executor, off_loop
+from unbroken.stores.sqlite import SQLiteStore
 
 
 def _script() -> list[dict[str, Any]]:
@@ -178,3 +184,21 @@ def test_a_cancel_while_the_model_answers_releases_the_lease_off_the_loop(store:
     assert store.lease_of("r") is None
     assert asyncio.run(_agent(store, charges).aresume("r")).status == "completed"
     assert charges == [5]
+
+
+def test_ctrl_c_during_a_save_lets_it_finish_releases_the_lease_and_resume_charges_once(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, str(Path(__file__).parent / "ctrl_c_child.py"), str(tmp_path)])
+    saving = tmp_path / "saving"
+    deadline = time.monotonic() + 30
+    while not saving.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert saving.exists(), "the child never reached the slow save"
+    child.send_signal(signal.SIGINT)  # Ctrl-C: asyncio.run cancels the arun
+    assert child.wait(timeout=30) != 0  # it ended by KeyboardInterrupt
+    store = SQLiteStore(tmp_path / "runs.db")
+    assert store.lease_of("r") is None  # released on the way out, not left to expire
+    assert store.load("r").save_seq == int(saving.read_text())  # the save under way was made
+    from ctrl_c_child import agent
+
+    assert asyncio.run(agent(store).aresume("r")).status == "completed"
+    assert (tmp_path / "charges").read_text() == "5\n"  # charged once
