@@ -579,7 +579,7 @@ async def drive_async(hold: AbstractContextManager[RunSession], store: Store) ->
     import asyncio  # lazily: importing asyncio costs ~35 ms at `import unbroken`
     import contextvars
 
-    from .stores.offload import settle
+    from .stores.offload import executor, settle
 
     context = contextvars.copy_context()  # one context for every step: the run's, as in run()
     steps = _held(hold)
@@ -607,6 +607,7 @@ async def drive_async(hold: AbstractContextManager[RunSession], store: Store) ->
         try:
             if isinstance(operation, _Opened):
                 session = operation.session
+                session.heartbeat.guard.release_in = executor(store).submit  # after a tool that outlived us
             elif isinstance(operation, Start):
                 assert session is not None
                 job = execute_async(session, operation.job, store)

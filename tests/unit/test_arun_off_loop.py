@@ -202,3 +202,36 @@ def test_ctrl_c_during_a_save_lets_it_finish_releases_the_lease_and_resume_charg
 
     assert asyncio.run(agent(store).aresume("r")).status == "completed"
     assert (tmp_path / "charges").read_text() == "5\n"  # charged once
+
+
+def test_a_tool_that_outlives_its_cancelled_arun_releases_the_lease_off_the_loop(store: Store) -> None:
+    threads = watch(store)
+    started, finish = asyncio.Event(), asyncio.Event()
+
+    @tool(effect="side_effect")
+    async def ship(item: str) -> str:
+        started.set()
+        await finish.wait()
+        return f"shipped {item}"
+
+    script = [tool_turn(("s1", "ship", {"item": "a"})), final_turn()]
+    agent = Agent(model=ScriptedModel(script), tools=[ship], store=store, lease_ttl=5)
+
+    async def main() -> None:
+        threads.loop_thread = threading.get_ident()
+        task = asyncio.create_task(agent.arun("ship", run_id="r"))
+        await asyncio.wait_for(started.wait(), 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        released = [name for name, _ in threads.calls].count("release_lease")
+        assert released == 0  # the tool may still act: the lease is kept
+        finish.set()
+        for _ in range(1000):
+            await asyncio.sleep(0.005)
+            if [name for name, _ in threads.calls].count("release_lease"):
+                break
+
+    asyncio.run(main())
+    assert "release_lease" in [name for name, _ in threads.calls]
+    assert threads.on_loop() == []
