@@ -90,7 +90,7 @@ class Batch:
         return statistics.quantiles(lags, n=100)[98] if len(lags) >= 100 else max(lags, default=0.0)
 
 
-async def _batch(url: str, runs: int, turns: int, tag: str) -> Batch:
+async def _batch(url: str, runs: int, turns: int, tag: str, idle: float = 1.0) -> Batch:
     """``runs`` runs at once in this process, with the ticker measuring the loop's lag."""
     from unbroken.stores import open_store
 
@@ -106,8 +106,8 @@ async def _batch(url: str, runs: int, turns: int, tag: str) -> Batch:
 
     agents = [_agent(store, turns) for _ in range(runs)]
     ticking = asyncio.create_task(ticker())
-    await asyncio.sleep(1.0)  # the ticker alone: the lag this machine gives an idle loop
-    idle, lags[:] = list(lags), []
+    await asyncio.sleep(idle)  # the ticker alone: the lag this machine gives an idle loop
+    idle_lags, lags[:] = list(lags), []
     started = time.perf_counter()
     results = await asyncio.gather(*(agent.arun("deliver", run_id=f"{tag}-{n}") for n, agent in enumerate(agents)))
     seconds = time.perf_counter() - started
@@ -116,27 +116,29 @@ async def _batch(url: str, runs: int, turns: int, tag: str) -> Batch:
     store.close()
     if any(result.status != "completed" for result in results):
         raise SystemExit(f"a run did not complete: {[r.status for r in results]}")
-    return Batch(sum(result.state.save_seq for result in results), seconds, lags, idle)
+    return Batch(sum(result.state.save_seq for result in results), seconds, lags, idle_lags)
 
 
-def child(url: str, runs: int, turns: int, tag: str, start_at: float, out: str) -> None:
+def child(url: str, runs: int, turns: int, tag: str, start_at: float, out: str, idle: float) -> None:
     """One of the processes of figure 2: wait for the common start, run its share, report."""
     from unbroken.stores import open_store
 
     open_store(url).close()  # the schema is checked before the clock starts
     time.sleep(max(0.0, start_at - time.time()))
     began = time.time()
-    batch = asyncio.run(_batch(url, runs, turns, tag))
+    batch = asyncio.run(_batch(url, runs, turns, tag, idle))
+    began += idle  # the runs start after the ticker's idle time
     Path(out).write_text(json.dumps({"saves": batch.saves, "began": began, "ended": began + batch.seconds}))
 
 
-def _spread(url: str, runs: int, procs: int, turns: int, tmp: Path) -> Batch:
+def _spread(url: str, runs: int, procs: int, turns: int, tmp: Path, idle: float) -> Batch:
     start_at = time.time() + 3.0  # every child imported and connected by then
     children = []
     for index in range(procs):
         share = runs // procs + (1 if index < runs % procs else 0)
         out = tmp / f"child-{index}.json"
         args = [sys.executable, __file__, "--child", url, str(share), str(turns), f"p{index}", repr(start_at), str(out)]
+        args.append(repr(idle))
         children.append((subprocess.Popen(args), out))
     reports = []
     for process, out in children:
@@ -258,7 +260,7 @@ def _verdict(ok: bool, text: str) -> str:
 
 
 def measure(server: str, runs: int = 200, procs: int = 4, slow_runs: int = 50, turns: int = 5,
-            pool_size: int = 4, slow_pool_size: int = 16) -> AsyncResult:  # fmt: skip
+            pool_size: int = 4, slow_pool_size: int = 16, idle: float = 1.0) -> AsyncResult:  # fmt: skip
     import tempfile
 
     import psycopg
@@ -269,11 +271,11 @@ def measure(server: str, runs: int = 200, procs: int = 4, slow_runs: int = 50, t
     target = urlsplit(server)
     proxy = DelayingProxy((target.hostname or "127.0.0.1", target.port or 5432), DELAY)
     try:
-        one = asyncio.run(_batch(url, runs, turns, "one"))
-        spread = _spread(url, runs, procs, turns, tmp)
+        one = asyncio.run(_batch(url, runs, turns, "one", idle))
+        spread = _spread(url, runs, procs, turns, tmp, idle)
         slow_url = _with(proxy.url(server), schema=schema, pool_size=str(slow_pool_size))
-        slow_one = asyncio.run(_batch(slow_url, 1, turns, "slow-one"))
-        slow_many = asyncio.run(_batch(slow_url, slow_runs, turns, "slow-many"))
+        slow_one = asyncio.run(_batch(slow_url, 1, turns, "slow-one", idle))
+        slow_many = asyncio.run(_batch(slow_url, slow_runs, turns, "slow-many", idle))
     finally:
         proxy.close()
         with psycopg.connect(_libpq(server), autocommit=True) as conn:
@@ -289,8 +291,8 @@ def _libpq(url: str) -> str:
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        url, runs, turns, tag, start_at, out = sys.argv[2:8]
-        child(url, int(runs), int(turns), tag, float(start_at), out)
+        url, runs, turns, tag, start_at, out, idle = sys.argv[2:9]
+        child(url, int(runs), int(turns), tag, float(start_at), out, float(idle))
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=200)
@@ -299,9 +301,11 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--pool-size", type=int, default=4)
     parser.add_argument("--slow-pool-size", type=int, default=16)
+    parser.add_argument("--idle-seconds", type=float, default=1.0, help="the ticker alone before each batch")
     args = parser.parse_args()
     server = os.environ.get("UNBROKEN_TEST_POSTGRES_URL") or DEFAULT_URL
-    result = measure(server, args.runs, args.procs, args.slow_runs, args.turns, args.pool_size, args.slow_pool_size)
+    sizes = (args.runs, args.procs, args.slow_runs, args.turns, args.pool_size, args.slow_pool_size)
+    result = measure(server, *sizes, idle=args.idle_seconds)
     print(result.table())
     print()
     print("\n".join(result.verdicts()))
