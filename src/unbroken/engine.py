@@ -485,13 +485,17 @@ def execute_sync(session: RunSession, job: Job) -> Job:
     return job
 
 
-async def execute_async(session: RunSession, job: Job, store: Store) -> Job:
+async def execute_async(session: RunSession, job: Job, store: Store, began: Any = None) -> Job:
+    """Run ``job``'s tool in this task; ``began`` (a future) is resolved once the lease check is
+    done and the tool is entered (the driver goes on from there, as ``run`` would)."""
     from .stores.offload import off_loop
 
     guard = session.heartbeat.guard
     if job.tool.effect != "read_only":
         await off_loop(store, guard.check)  # the fence's store round trip, in a store thread
     with guard.acting(job.tool.effect, checked=True):
+        if began is not None and not began.done():
+            began.set_result(None)
         job.result = await invoke_async(job.tool, job.call, job.view)
     job.done = True
     crashpoints.hit("tool.after_execute")
@@ -610,10 +614,13 @@ async def drive_async(hold: AbstractContextManager[RunSession], store: Store) ->
                 session.heartbeat.guard.release_in = executor(store).submit  # after a tool that outlived us
             elif isinstance(operation, Start):
                 assert session is not None
-                job = execute_async(session, operation.job, store)
-                task = asyncio.get_running_loop().create_task(job, context=context.copy())
+                loop = asyncio.get_running_loop()
+                began = loop.create_future()
+                job = execute_async(session, operation.job, store, began)
+                task = loop.create_task(job, context=context.copy())
+                task.add_done_callback(_resolving(began))
                 running.add(task)
-                await asyncio.sleep(0)  # let it begin
+                await began  # its lease check made and the tool entered (or it failed): then go on
                 reply = _collect(running, [task for task in running if task.done()])
             elif isinstance(operation, Wait):
                 finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -632,6 +639,16 @@ async def drive_async(hold: AbstractContextManager[RunSession], store: Store) ->
         except BaseException as exc:  # cancelled (or Ctrl-C) while awaiting: unwind the steps, then raise
             await settle(store, functools.partial(context.run, _unwind, steps, exc))
             raise
+
+
+def _resolving(began: Any) -> Any:
+    """A done callback that resolves ``began`` if the task ended before its tool was entered."""
+
+    def resolve(_task: Any) -> None:
+        if not began.done():
+            began.set_result(None)
+
+    return resolve
 
 
 def _collect(running: set[Any], finished: list[Any]) -> list[Job]:
