@@ -101,3 +101,43 @@ def arun_many(store: Store, runs: int) -> tuple[StoreThreads, list[str], list[in
         return [result.status for result in results]
 
     return threads, asyncio.run(main()), charges
+
+
+class SaveGate:
+    """Holds one save in ``write_record`` (in whichever thread makes it) until ``release`` is
+    set: ``arm()``, then the next save sets ``entered`` and waits. ``saved`` is its seq once made."""
+
+    def __init__(self) -> None:
+        self.armed = threading.Event()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.saved: int | None = None
+        self.released_lease_after_save: bool | None = None
+
+    def arm(self) -> None:
+        self.armed.set()
+
+
+def gate_saves(store: Store) -> SaveGate:
+    """Swap ``store``'s class for one whose ``write_record`` passes through a ``SaveGate``."""
+    gate = SaveGate()
+    cls = type(store)
+
+    def write_record(self: Store, save: Any, ledger: Any, *, expect_seq: int, fence: int | None) -> None:
+        held = gate.armed.is_set() and not gate.entered.is_set()
+        if held:
+            gate.entered.set()
+            assert gate.release.wait(10), "the gate was never released"
+        cls.write_record(self, save, ledger, expect_seq=expect_seq, fence=fence)
+        if held:
+            gate.saved = save.seq
+
+    def release_lease(self: Store, lease: Any) -> None:
+        if gate.entered.is_set() and gate.released_lease_after_save is None:
+            gate.released_lease_after_save = gate.saved is not None
+        cls.release_lease(self, lease)
+
+    store.__class__ = type(
+        f"Gated{cls.__name__}", (cls,), {"write_record": write_record, "release_lease": release_lease}
+    )
+    return gate
