@@ -131,8 +131,7 @@ class Store(Backend):
     loop never waits on the store. A store with a connection pool answers its size (more threads
     would only queue for a connection). A store behind one lock (memory, SQLite, files) keeps
     one: its work is CPU under the GIL, and every extra thread doing it makes the event loop wait
-    longer for the GIL and the cores (measured: 200 runs on the memory store, loop lag p50 0.3 ms
-    with one thread against 1.3-2.4 ms with four)."""
+    longer for the GIL and the cores (docs/benchmarks.md)."""
 
     # ------------------------------------------------------------------ refusals
 
