@@ -16,7 +16,10 @@ fresh-process figure is a median alternated with its baseline. Tables:
    (a fresh python that parses the history once with orjson or msgspec and imports nothing
    else: no unbroken), and the resume's peak memory;
 3. a compacted run of 1,000 to 1,000,000 turns resumed (issue 16), against the same floor;
-4. PostgreSQL save points per second with 8 and 32 runs saving at once.
+4. PostgreSQL save points per second with 8 and 32 runs saving at once;
+5. 200 ``Agent.arun`` runs at once in one process on PostgreSQL: the event loop's lag and the
+   save rate against the same runs over processes, and 50 runs with 20 ms added per request
+   (``bench_async.py``, which also runs alone).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -79,6 +83,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--no-queue", action="store_true", help="skip the first page of runs with a long queue (Redis, S3)")
     add("--no-encryption", action="store_true", help="skip the encryption-at-rest lines (issue 23)")
     add("--encryption-turns", type=int, default=None, help="run length of the encryption lines (default 1000)")
+    add("--no-async", action="store_true", help="skip table 5 (arun on PostgreSQL: loop lag, save rate)")
     add("--strict", action="store_true", help="exit 1 if a target fails")
     add("--dir", type=Path, default=None, help="where to put the databases (default: a temp dir)")
     add("--json", type=Path, default=None, help="also write every figure to this JSON file")
@@ -148,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             results.scale.append(bench_scale.measure(root, turns, repeats, _say))
         if fleet_runs:
             _fleet(fleet_runs, quick, results)
+        async_result = None if args.no_async else _async(quick, results)
         _say(f"end-to-end Agent: {agent_turns} turns")
         agent_rows = [
             bench_agent.agent_per_turn(name, url, agent_turns)
@@ -183,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
             "its request count is what a real service is sent, its time is moto's; it is judged against "
             "moto's floor for the requests a page needs (bare boto3), printed beside it."
         )
+    if async_result is not None:
+        verdicts += async_result.verdicts()
+        text += "\n\nMany `arun` runs in one process on PostgreSQL (issue 24 goal 2):\n\n" + async_result.table()
     print()
     print(text)
     print()
@@ -365,6 +374,20 @@ def _fleet(fleet_runs: list[int], quick: bool, results: Results) -> None:
             results.fleet[runs] = bench.fleet(runs, turns, rounds=3 if quick else FLEET_ROUNDS)
     finally:
         bench.close()
+
+
+def _async(quick: bool, results: Results) -> Any:
+    import os
+
+    import bench_async
+
+    server = os.environ.get("UNBROKEN_TEST_POSTGRES_URL") or bench_async.DEFAULT_URL
+    _say("arun: many runs in one process on PostgreSQL, then over processes, then +20 ms a request")
+    try:
+        return bench_async.measure(server, runs=50 if quick else 200, slow_runs=20 if quick else 50)
+    except Exception as exc:
+        results.notes.append(f"arun rows skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+        return None
 
 
 def _say(message: str) -> None:

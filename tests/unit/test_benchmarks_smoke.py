@@ -34,6 +34,7 @@ def test_benchmark_prints_the_table_and_a_verdict_for_every_target(tmp_path: Pat
             "--no-queue",
             "--encryption-turns",
             "3",
+            "--no-async",  # PostgreSQL's: smoked by tests/integration/postgres/test_pg_bench_async.py
             "--dir",
             str(tmp_path),
         ],

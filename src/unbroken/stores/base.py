@@ -125,6 +125,14 @@ class Store(Backend):
     record, which gives the same state and, for fewer records, costs less than importing msgspec
     (~8 ms; the one parse saves ~2 us a record)."""
 
+    concurrency = 1
+    """How many threads may do this store's work at once: the width of the pool of threads that
+    ``Agent.arun`` and the integrations hand store work to (``stores.offload``), so the event
+    loop never waits on the store. A store with a connection pool answers its size (more threads
+    would only queue for a connection). A store behind one lock (memory, SQLite, files) keeps
+    one: its work is CPU under the GIL, and every extra thread doing it makes the event loop wait
+    longer for the GIL and the cores (docs/benchmarks.md)."""
+
     # ------------------------------------------------------------------ refusals
 
     def _refusal(self, run_id: str, expect_seq: int, fence: int | None) -> Exception:

@@ -221,6 +221,7 @@ class PostgresStore(Store):
     def __init__(self, url: str) -> None:
         self.url = url
         self.settings = parse_url(url)
+        self.concurrency = self.settings.pool_size  # threads that may work at once: one connection each
         self.schema = self.settings.schema
         self._lock = threading.Lock()
         self._pool: ConnectionPool[Conn] | None = None

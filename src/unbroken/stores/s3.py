@@ -60,6 +60,7 @@ class S3Store(S3Ledger, S3Queue, Store):
 
     capabilities = frozenset({"leases", "ledger", "multi_process", "multi_host", "claim"})
     durability = "power_loss"  # an object store acknowledges a put once it is stored redundantly
+    concurrency = 10  # botocore's default pool: 10 connections per client
 
     def __init__(self, url: str) -> None:
         self.url = url
