@@ -382,6 +382,9 @@ class Encoder:
         self._since_snapshot = 0
         self._pending: dict[str, str] | None = None
         self._call_paths: dict[int, tuple[list[int | str], str]] = {}  # where each call's input was last found
+        self._known: dict[str, tuple[object, str]] = {}
+        """The last text of each small field whose value is immutable (str, int, float, None), with
+        that value: the same object again has the same text, so it is not encoded again."""
 
     def _field_texts(self, state: RunState, previous: dict[str, str] | None = None) -> dict[str, str]:
         return self._texts(state, previous)[0]
@@ -395,36 +398,53 @@ class Encoder:
         # walked by ``ensure_json`` (which also refuses tuples and non-str keys, and names the
         # path) only when their text differs from the saved one: unchanged text writes nothing.
         changed: list[str] = []
-        saved = _NO_TEXTS if previous is None else previous
+        differs = (_NO_TEXTS if previous is None else previous).get
         fields = state.small_fields()
         accept_before_save(fields, state)
         if state.schema_version >= 2:  # derived by the reader: not compared, not written
             del fields["save_seq"], fields["message_count"]
         texts: dict[str, str] = {}
+        known = self._known
         for key, value in fields.items():
-            kind = type(value)
-            if kind is str:
-                text = _encode_str(value)
-            elif kind is int:
-                text = int.__repr__(value)
-            elif value is None:
-                text = "null"
-            elif kind is float and math.isfinite(value):
-                text = float.__repr__(value)
-            elif not value and (kind is dict or kind is list):
-                text = "{}" if kind is dict else "[]"
+            seen = known.get(key)
+            if seen is not None and seen[0] is value:
+                # The very object encoded last time, and immutable (only str, int, float, bool
+                # and None are kept): its text cannot have changed (tests/unit/test_codec_cache.py).
+                text = seen[1]
             else:
-                try:
-                    text = _dumps(value)
-                except (TypeError, ValueError, RecursionError):
-                    ensure_json(value, key)
-                    raise NotJSONValue(key, value, "it cannot be encoded as JSON") from None
-                # With a JSON-built model, only business_state holds the user's own values; the
-                # other containers (calls, results, usage, summary) are built from parsed JSON.
-                if saved.get(key) != text and (not self.messages_are_json or key == "business_state"):
-                    ensure_json(value, key)
+                kind = type(value)
+                if kind is str:
+                    text = _encode_str(value)
+                elif kind is int:
+                    text = int.__repr__(value)
+                elif value is None:
+                    text = "null"
+                elif kind is float and math.isfinite(value):
+                    text = float.__repr__(value)
+                elif not value and (kind is dict or kind is list):
+                    texts[key] = text = "{}" if kind is dict else "[]"
+                    if differs(key) != text:
+                        changed.append(key)
+                    continue
+                else:
+                    try:
+                        text = _dumps(value)
+                    except (TypeError, ValueError, RecursionError):
+                        ensure_json(value, key)
+                        raise NotJSONValue(key, value, "it cannot be encoded as JSON") from None
+                    # With a JSON-built model, only business_state holds the user's own values;
+                    # the other containers (calls, results, usage, summary) are built from parsed
+                    # JSON. Containers are mutable: never kept in ``_known``.
+                    if differs(key) != text:
+                        if not self.messages_are_json or key == "business_state":
+                            ensure_json(value, key)
+                        changed.append(key)
+                    texts[key] = text
+                    continue
+                if kind in _IMMUTABLE:
+                    known[key] = (value, text)
             texts[key] = text
-            if saved.get(key) != text:
+            if differs(key) != text:
                 changed.append(key)
         return texts, changed
 
@@ -548,6 +568,7 @@ def with_account(body: str, account: dict[str, JSONValue]) -> str:
 
 _SNAPSHOT_TRUE = '"snapshot":true,'
 _NO_TEXTS: dict[str, str] = {}  # the saved texts before a first save: every field is new
+_IMMUTABLE = frozenset({str, int, float, type(None)})
 _KEY_TEXTS = {
     key: f"{_encode_str(key)}:"
     for key in (
