@@ -382,9 +382,9 @@ class Encoder:
         self._since_snapshot = 0
         self._pending: dict[str, str] | None = None
         self._call_paths: dict[int, tuple[list[int | str], str]] = {}  # where each call's input was last found
-        self._known: dict[str, tuple[object, str]] = {}
-        """The last text of each small field whose value is immutable (str, int, float, None), with
-        that value: the same object again has the same text, so it is not encoded again."""
+        self._known: dict[str, tuple[str | float, str]] = {}
+        """The last text of each small field whose value is a str or a float, with that value:
+        the same (immutable) object again has the same text, so it is not encoded again."""
 
     def _field_texts(self, state: RunState, previous: dict[str, str] | None = None) -> dict[str, str]:
         return self._texts(state, previous)[0]
@@ -406,47 +406,48 @@ class Encoder:
         texts: dict[str, str] = {}
         known = self._known
         for key, value in fields.items():
-            seen = known.get(key)
-            if seen is not None and seen[0] is value:
-                # The very object encoded last time, and immutable (only str, int, float, bool
-                # and None are kept): its text cannot have changed (tests/unit/test_codec_cache.py).
-                text = seen[1]
-            else:
-                kind = type(value)
-                if kind is str:
+            kind = type(value)
+            if kind is int:
+                text = int.__repr__(value)
+            elif value is None:
+                text = "null"
+            elif kind is str or kind is float:
+                seen = known.get(key)
+                if seen is not None and seen[0] is value:
+                    # The very str or float object encoded last time: immutable, so its text
+                    # cannot have changed (tests/unit/test_codec_cache.py). A long task or
+                    # summary is not escaped again at every save.
+                    text = seen[1]
+                elif kind is str:
                     text = _encode_str(value)
-                elif kind is int:
-                    text = int.__repr__(value)
-                elif value is None:
-                    text = "null"
-                elif kind is float and math.isfinite(value):
-                    text = float.__repr__(value)
-                elif not value and (kind is dict or kind is list):
-                    texts[key] = text = "{}" if kind is dict else "[]"
-                    if differs(key) != text:
-                        changed.append(key)
-                    continue
-                else:
-                    try:
-                        text = _dumps(value)
-                    except (TypeError, ValueError, RecursionError):
-                        ensure_json(value, key)
-                        raise NotJSONValue(key, value, "it cannot be encoded as JSON") from None
-                    # With a JSON-built model, only business_state holds the user's own values;
-                    # the other containers (calls, results, usage, summary) are built from parsed
-                    # JSON. Containers are mutable: never kept in ``_known``.
-                    if differs(key) != text:
-                        if not self.messages_are_json or key == "business_state":
-                            ensure_json(value, key)
-                        changed.append(key)
-                    texts[key] = text
-                    continue
-                if kind in _IMMUTABLE:
                     known[key] = (value, text)
+                elif math.isfinite(value):
+                    text = float.__repr__(value)
+                    known[key] = (value, text)
+                else:
+                    text = self._container_text(key, value, differs(key))  # refuses NaN, infinities
+            elif not value and (kind is dict or kind is list):
+                text = "{}" if kind is dict else "[]"
+            else:  # a container (mutable: never kept in ``_known``), or not JSON at all
+                text = self._container_text(key, value, differs(key))
             texts[key] = text
             if differs(key) != text:
                 changed.append(key)
         return texts, changed
+
+    def _container_text(self, key: str, value: JSONValue, saved: str | None) -> str:
+        """The text of a field that is not a plain scalar, walked by ``ensure_json`` when it is
+        not ``saved`` (the text last saved). With a JSON-built model, only business_state holds
+        the user's own values; the other containers (calls, results, usage, summary) are built
+        from parsed JSON."""
+        try:
+            text = _dumps(value)
+        except (TypeError, ValueError, RecursionError):
+            ensure_json(value, key)
+            raise NotJSONValue(key, value, "it cannot be encoded as JSON") from None
+        if saved != text and (not self.messages_are_json or key == "business_state"):
+            ensure_json(value, key)
+        return text
 
     def prime(self, state: RunState) -> None:
         """Declare ``state`` as what the store already holds (after a load)."""
@@ -568,7 +569,6 @@ def with_account(body: str, account: dict[str, JSONValue]) -> str:
 
 _SNAPSHOT_TRUE = '"snapshot":true,'
 _NO_TEXTS: dict[str, str] = {}  # the saved texts before a first save: every field is new
-_IMMUTABLE = frozenset({str, int, float, type(None)})
 _KEY_TEXTS = {
     key: f"{_encode_str(key)}:"
     for key in (
