@@ -1,11 +1,13 @@
 """Thread CPU time of each save (issue 24 goal 4): where a save's Python goes, steady on a loaded machine.
 
-    python benchmarks/bench_save_cpu.py [--turns 1000] [--rounds 3]
+    python benchmarks/bench_save_cpu.py [--turns 1000] [--rounds 3] [--task-bytes 8000]
 
 Runs a real ``Agent.run`` on SQLite ``durability=normal`` (the commit itself is cheap, so the
 Python around it shows) and times, with ``time.thread_time_ns``, each ``RunSession.save`` at save
 points A and B, and inside it ``Encoder.encode`` and ``Store.append``. Prints medians (us) per round.
 Wall-clock time on a shared 2-core VM swings 2x; thread CPU time moves a few percent.
+``--task-bytes``: a task of that many characters (quotes and newlines in it), as a long brief or
+a compacted run's summary is: a small field that every save holds and few change.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from unbroken.codec import Encoder
 from unbroken.session import RunSession
 
 
-def one_round(turns: int, directory: Path, index: int) -> dict[str, float]:
+def one_round(turns: int, directory: Path, index: int, task: str = workload.TASK) -> dict[str, float]:
     cpu = time.thread_time_ns
     parts: dict[str, list[int]] = {"save": [], "encode": [], "append": []}
     inside = [False]
@@ -64,7 +66,7 @@ def one_round(turns: int, directory: Path, index: int) -> dict[str, float]:
     type(store).append = timed("append", real_append)  # type: ignore[method-assign]
     try:
         agent = Agent(WorkloadModel(turns), [read_ticket], store, max_turns=turns + 1, lease_ttl=3600.0)
-        result = agent.run(workload.TASK, run_id=f"cpu-{index}")
+        result = agent.run(task, run_id=f"cpu-{index}")
     finally:
         RunSession.save = real_save  # type: ignore[method-assign]
         Encoder.encode = real_encode  # type: ignore[method-assign]
@@ -79,10 +81,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--task-bytes", type=int, default=0, help="a task this long (default: the workload's)")
     args = parser.parse_args()
+    task = workload.TASK
+    if args.task_bytes:
+        task = (task + ' ("by category", then by month)\n') * (args.task_bytes // (len(task) + 30) + 1)
+        task = task[: args.task_bytes]
     with tempfile.TemporaryDirectory(prefix="unbroken-save-cpu-") as directory:
         for index in range(args.rounds):
-            figures = one_round(args.turns, Path(directory), index)
+            figures = one_round(args.turns, Path(directory), index, task)
             rest = figures["save"] - figures["encode"] - figures["append"]
             print(
                 f"round {index + 1}: save {figures['save']:.1f} us (encode {figures['encode']:.1f}, "
