@@ -1,10 +1,10 @@
 """The encoder's cache of unchanged small fields (``Encoder._known``) never changes a record.
 
-The encoder keeps the text of each small field whose value is an immutable scalar (str, int,
-float, None) and reuses it when the state holds the very same object again. These tests run two
-encoders in lockstep over random sequences of states: one keeps its cache, the other forgets it
-before every save (a fresh encode of every field). Every record must be the same bytes, and a
-fresh encoder must give the same field texts."""
+The encoder keeps the text of each small field whose value is a str or a float (immutable) and
+reuses it when the state holds the very same object again. These tests run two encoders in
+lockstep over random sequences of states (saves committed or lost, resumes priming new encoders):
+one keeps its cache, the other forgets it before every save (a fresh encode of every field).
+Every record must be the same bytes, and a fresh encoder must give the same field texts."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ _STEPS = st.one_of(
     st.tuples(st.just("usage"), st.just("in_place"), st.tuples(_TEXTS, _INTS)),
     st.tuples(st.just("messages"), st.just("append"), _TEXTS),
     st.tuples(st.just("save"), st.sampled_from(["committed", "lost"]), st.none()),
+    st.tuples(st.just("resume"), st.just("prime"), st.none()),
 )
 
 
@@ -80,6 +81,11 @@ def test_a_record_is_the_same_bytes_with_and_without_the_cache(steps: list[Any],
     state = RunState(run_id="r", task="t", messages=[{"role": "user", "content": "t"}])
     cached, fresh = Encoder(every), Encoder(every)
     for field, how, value in steps:
+        if field == "resume":  # a new process: encoders primed from the loaded state
+            cached, fresh = Encoder(every), Encoder(every)
+            cached.prime(state)
+            fresh.prime(state)
+            continue
         if field != "save":
             _apply(state, field, how, value)
             continue
