@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from unbroken import NotJSONValue, RunState
@@ -53,6 +53,8 @@ def _twin(value: Any, retype: bool) -> Any:
     if type(value) is int:
         return float(value) if retype and value < 2**53 else int(str(value))
     if type(value) is float:
+        if value == 0:
+            return -value  # 0.0 == -0.0, written "0.0" and "-0.0"
         return int(value) if retype and value.is_integer() and abs(value) < 2**53 else float(repr(value))
     return value
 
@@ -77,6 +79,15 @@ def _fresh_texts(state: RunState) -> dict[str, str]:
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_STEPS, min_size=1, max_size=40), st.integers(min_value=1, max_value=5))
+@example(  # 0.0 == -0.0, written differently
+    [
+        ("updated_at", "new", 0.0),
+        ("save", "committed", None),
+        ("updated_at", "twin", None),
+        ("save", "committed", None),
+    ],
+    3,
+)
 def test_a_record_is_the_same_bytes_with_and_without_the_cache(steps: list[Any], every: int) -> None:
     state = RunState(run_id="r", task="t", messages=[{"role": "user", "content": "t"}])
     cached, fresh = Encoder(every), Encoder(every)
@@ -103,14 +114,13 @@ def test_a_record_is_the_same_bytes_with_and_without_the_cache(steps: list[Any],
             state.save_seq -= 1
 
 
-def test_an_equal_number_of_the_other_type_is_written_as_itself() -> None:
-    """1 == 1.0: the cache matches by identity, never by equality."""
+def test_an_equal_number_written_differently_is_written_as_itself() -> None:
+    """1 == 1.0 and 0.0 == -0.0: the cache matches by identity, never by equality."""
     state = RunState(run_id="r", task="t", messages=[])
     encoder = Encoder()
-    state.updated_at = 1
-    assert encoder._texts(state, None)[0]["updated_at"] == "1"
-    state.updated_at = 1.0
-    assert encoder._texts(state, None)[0]["updated_at"] == "1.0"
+    for value, text in ((1, "1"), (1.0, "1.0"), (0.0, "0.0"), (-0.0, "-0.0"), (0, "0"), (0.0, "0.0")):
+        state.updated_at = value
+        assert encoder._texts(state, None)[0]["updated_at"] == text
 
 
 def test_business_state_changed_in_place_is_written_and_checked() -> None:
