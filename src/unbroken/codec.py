@@ -366,7 +366,9 @@ class Encoder:
 
     Keeps the JSON text of the last saved small fields, so each record holds only the fields
     whose text changed. Comparing text (not objects) also catches in-place mutation of
-    ``business_state`` by tools."""
+    ``business_state`` by tools. The text of a str or float field is reused while the state holds
+    the very same object (``_known``); every field is still checked (``accept_before_save``) and
+    every container encoded at every save."""
 
     def __init__(self, snapshot_every: int = 50, *, messages_are_json: bool = False) -> None:
         # ``messages_are_json``: the model builds every message from parsed JSON (the SDK
