@@ -22,12 +22,33 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 TTL, POLL = 1.0, 0.1
+
+
+@dataclass
+class FleetFigures:
+    """Save points per second of ``runs`` runs saving at once, and of the bare loop, per round."""
+
+    runs: int
+    turns: int
+    saves: list[float] = field(default_factory=list)
+    bare: list[float] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        """The median of the rounds' ratios (each round's two figures were taken back to back)."""
+        return statistics.median(s / b for s, b in zip(self.saves, self.bare, strict=True))
+
+
+def _rate(reports: list[dict[str, Any]]) -> float:
+    return sum(r["saves"] for r in reports) / (max(r["end"] for r in reports) - min(r["start"] for r in reports))
 
 
 def with_schema(url: str, schema: str) -> str:
@@ -102,6 +123,9 @@ class Bench:
 
         self.store = PostgresStore(self.url)
 
+    def connect(self) -> Any:
+        return self.psycopg.connect(self.server, autocommit=True, options=f"-c search_path={self.schema}")
+
     def spawn(self, name: str, turns: int, tool_sleep: float = 0.0, until_idle: bool = False) -> Any:
         args = [sys.executable, __file__, "--child", self.url, str(self.tmp / f"{name}.jsonl"), str(turns)]
         args += [str(tool_sleep), "1" if until_idle else "0"]
@@ -152,28 +176,90 @@ class Bench:
         rescuer.wait()
         return float(claimed[-1]) - killed_at
 
-    def concurrent_saves(self, runs: int, turns: int) -> float:
+    def concurrent_saves(self, runs: int, turns: int, tag: str = "") -> float:
         """Save points per second when ``runs`` runs save at once, each in its own process (one
         server): every process appends the workload's turns (2.4 KB each, two saves a turn) to
         its own run through the store's ``append``, started together."""
-        go = self.tmp / f"go-{runs}"
+        prefix = f"saves-{runs}{tag}"
+        reports = self._race(runs, lambda index, go: ["--saver", self.url, f"{prefix}-{index}", str(turns), go])
+        return _rate(reports)
+
+    def bare_rows(self, runs: int, tag: str = "") -> list[Path]:
+        """The record rows (seq, label, snapshot, body, checksum) of the runs that
+        ``concurrent_saves(runs, ..., tag)`` wrote, one file per run: the bare loop's input."""
+        files = []
+        with self.connect() as conn:
+            for index in range(runs):
+                rows = conn.execute(
+                    "SELECT seq, label, snapshot, body, checksum FROM unbroken_records WHERE run_id = %s ORDER BY seq",
+                    (f"saves-{runs}{tag}-{index}",),
+                ).fetchall()
+                path = self.tmp / f"bare-rows-{runs}{tag}-{index}.json"
+                path.write_text(json.dumps(rows))
+                files.append(path)
+        return files
+
+    def bare_inserts(self, files: list[Path], tag: str = "") -> float:
+        """The floor of ``concurrent_saves``: the same record bytes (``bare_rows``) as autocommit
+        INSERTs, one process and one connection per run, into a table of the records table's shape
+        (same columns, same primary key). Only psycopg runs in these processes (no unbroken code);
+        INSERTs per second."""
+        runs = len(files)
+        table = f"bare_{runs}"
+        with self.connect() as conn:
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {table} (run_id text NOT NULL, seq bigint NOT NULL, label text NOT NULL, "
+                "snapshot boolean NOT NULL, body text NOT NULL, checksum text NOT NULL, PRIMARY KEY (run_id, seq))"
+            )
+        reports = self._race(
+            runs,
+            lambda index, go: ["--bare", self.server, self.schema, table, f"bare{tag}-{index}", str(files[index]), go],
+        )
+        return _rate(reports)
+
+    def fleet(self, runs: int, turns: int, rounds: int) -> FleetFigures:
+        """``concurrent_saves`` and its bare floor, alternated ``rounds`` times (which goes first
+        alternates too): the machine is shared and noisy, so each round's two figures are taken
+        back to back and the verdict is the median of the rounds' ratios."""
+        figures = FleetFigures(runs, turns)
+        files: list[Path] | None = None
+        for index in range(rounds):
+            tag = f"-r{index}"
+            if files is not None and index % 2 == 1:
+                figures.bare.append(self.bare_inserts(files, tag))
+                figures.saves.append(self.concurrent_saves(runs, turns, tag))
+                continue
+            figures.saves.append(self.concurrent_saves(runs, turns, tag))
+            files = files or self.bare_rows(runs, tag)  # the bytes of the first round's runs
+            figures.bare.append(self.bare_inserts(files, tag))
+        return figures
+
+    def _race(self, runs: int, argv: Callable[[int, str], list[str]]) -> list[dict[str, Any]]:
+        """Start ``runs`` processes (``argv(index, go_file)``), wait until each says ready, start
+        them together; returns each one's report (start, end, saves)."""
+        go = self.tmp / f"go-{uuid.uuid4().hex[:8]}"
         procs = []
         for index in range(runs):
-            args = [sys.executable, __file__, "--saver", self.url, f"saves-{runs}-{index}", str(turns), str(go)]
+            args = [sys.executable, __file__, *argv(index, str(go))]
             procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, text=True))
-        for proc in procs:  # each prints "ready" once its store is open and its run deleted
-            assert proc.stdout is not None
-            if proc.stdout.readline().strip() != "ready":
-                raise RuntimeError("a saver process failed to start")
-        go.touch()
-        reports = []
-        for proc in procs:
-            out, _ = proc.communicate()
-            if proc.returncode != 0:
-                raise RuntimeError("a saver process failed")
-            reports.append(json.loads(out.strip().splitlines()[-1]))
-        saves = sum(report["saves"] for report in reports)
-        return saves / (max(r["end"] for r in reports) - min(r["start"] for r in reports))
+        try:
+            for proc in procs:  # each prints "ready" once connected and its run deleted
+                assert proc.stdout is not None
+                if proc.stdout.readline().strip() != "ready":
+                    raise RuntimeError("a saver process failed to start")
+            go.touch()
+            reports = []
+            for proc in procs:
+                out, _ = proc.communicate()
+                if proc.returncode != 0:
+                    raise RuntimeError("a saver process failed")
+                reports.append(json.loads(out.strip().splitlines()[-1]))
+            return reports
+        finally:
+            for proc in procs:  # none left behind when one failed
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
 
     def close(self) -> None:
         self.store.close()
@@ -221,9 +307,28 @@ def saver(url: str, run_id: str, turns: int, go: str) -> None:
     print(json.dumps({"start": start, "end": end, "saves": saves}), flush=True)
 
 
+def bare(server: str, schema: str, table: str, run_id: str, rows_file: str, go: str) -> None:
+    """The floor's process: psycopg only, one connection, autocommit INSERTs of given rows."""
+    import psycopg
+
+    rows = json.loads(Path(rows_file).read_text())
+    with psycopg.connect(server, autocommit=True, options=f"-c search_path={schema}") as conn:
+        insert = f"INSERT INTO {table} (run_id, seq, label, snapshot, body, checksum) VALUES (%s, %s, %s, %s, %s, %s)"
+        print("ready", flush=True)
+        while not os.path.exists(go):
+            time.sleep(0.001)
+        start = time.time()
+        for seq, label, snapshot, body, checksum in rows:
+            conn.execute(insert, (run_id, seq, label, snapshot, body, checksum))
+        end = time.time()
+    print(json.dumps({"start": start, "end": end, "saves": len(rows)}), flush=True)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--saver":
         saver(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--bare":
+        bare(*sys.argv[2:8])
     elif len(sys.argv) > 1 and sys.argv[1] == "--child":
         _, _, url, log, turns, sleep, idle = sys.argv
         child(url, log, int(turns), float(sleep), idle == "1")

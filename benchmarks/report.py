@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from bench_crash import CrashRow
+from bench_fleet import FleetFigures
 from bench_import import ImportFigures
 from bench_scale import ScaleRow
 from measure import SaveTimes
@@ -17,6 +19,7 @@ POSTGRES_RESUME_TARGET = 2.0  # goal 5
 CRASH_TARGET = 1.5  # spawn to next model request / the honest floor, compacted and not (issue 24 goal 3)
 MEMORY_TARGET = 1.5  # peak RSS of a resume / that of json.loads (issue 16 goal 1)
 SCALE_SECONDS, SCALE_MB = 1.0, 200.0  # 1,000,000-turn compacted resume (issue 16 goal 2)
+FLEET_TARGET = 0.8  # PostgreSQL save points/s of N runs at once / bare INSERTs from N connections (issue 24 goal 1)
 IMPORT_TARGET = 0.040  # `import unbroken`, -X importtime cumulative, bytecode compiled (issue 24 goal 4)
 
 
@@ -39,7 +42,7 @@ class Results:
     raw: dict[int, int] = field(default_factory=dict)
     crash: list[CrashRow] = field(default_factory=list)
     scale: list[ScaleRow] = field(default_factory=list)
-    fleet: dict[int, float] = field(default_factory=dict)
+    fleet: dict[int, FleetFigures] = field(default_factory=dict)
     imports: ImportFigures | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -258,6 +261,18 @@ def targets(results: Results, turns_list: list[int]) -> list[str]:
                     f"target < {SCALE_SECONDS:g} s and < {SCALE_MB:g} MB",
                 )
             )
+    # Issue 24 goal 1: the PostgreSQL fleet against bare INSERTs of the same bytes.
+    for runs, fleet in results.fleet.items():
+        ratio = fleet.ratio
+        out.append(
+            _verdict(
+                ratio >= FLEET_TARGET,
+                f"PostgreSQL, {runs} runs saving at once: {statistics.median(fleet.saves):,.0f} save points/s = "
+                f"{ratio:.2f}x bare autocommit INSERTs of the same records from {runs} connections "
+                f"({statistics.median(fleet.bare):,.0f}/s; median of {len(fleet.saves)} alternated rounds' ratios); "
+                f"target >= {FLEET_TARGET}x",
+            )
+        )
     if results.imports is not None:
         imports = results.imports
         out.append(

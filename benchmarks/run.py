@@ -16,7 +16,10 @@ fresh-process figure is a median alternated with its baseline. Tables:
    (a fresh python that parses the history once with orjson or msgspec and imports nothing
    else: no unbroken), and the resume's peak memory;
 3. a compacted run of 1,000 to 1,000,000 turns resumed (issue 16), against the same floor;
-4. PostgreSQL save points per second with 8 and 32 runs saving at once.
+4. PostgreSQL save points per second with 8 and 32 runs saving at once;
+5. 200 ``Agent.arun`` runs at once in one process on PostgreSQL: the event loop's lag and the
+   save rate against the same runs over processes, and 50 runs with 20 ms added per request
+   (``bench_async.py``, which also runs alone).
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ import json
 import platform
 import shutil
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -78,6 +83,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     add("--no-queue", action="store_true", help="skip the first page of runs with a long queue (Redis, S3)")
     add("--no-encryption", action="store_true", help="skip the encryption-at-rest lines (issue 23)")
     add("--encryption-turns", type=int, default=None, help="run length of the encryption lines (default 1000)")
+    add("--no-async", action="store_true", help="skip table 5 (arun on PostgreSQL: loop lag, save rate)")
     add("--strict", action="store_true", help="exit 1 if a target fails")
     add("--dir", type=Path, default=None, help="where to put the databases (default: a temp dir)")
     add("--json", type=Path, default=None, help="also write every figure to this JSON file")
@@ -147,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             results.scale.append(bench_scale.measure(root, turns, repeats, _say))
         if fleet_runs:
             _fleet(fleet_runs, quick, results)
+        async_result = None if args.no_async else _async(quick, results)
         _say(f"end-to-end Agent: {agent_turns} turns")
         agent_rows = [
             bench_agent.agent_per_turn(name, url, agent_turns)
@@ -179,8 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         text += "\n" + "\n".join(bench_queue.lines(queue_rows))
         text += (
             "\nNote: the queue's S3 row runs on moto, a mock in this process (~4 ms a request here): "
-            "its request count is what a real service is sent, its time is moto's."
+            "its request count is what a real service is sent, its time is moto's; it is judged against "
+            "moto's floor for the requests a page needs (bare boto3), printed beside it."
         )
+    if async_result is not None:
+        verdicts += async_result.verdicts()
+        text += "\n\nMany `arun` runs in one process on PostgreSQL (issue 24 goal 2):\n\n" + async_result.table()
     print()
     print(text)
     print()
@@ -206,8 +217,14 @@ def _report_text(results: Results, agent_rows: list[bench_agent.AgentResult], he
     if results.scale:
         out += ["\nA compacted run resumed (issue 16 goal 2):\n", report.scale_table(results.scale)]
     out.append("")
-    for runs, rate in results.fleet.items():
-        out.append(f"PostgreSQL, {runs} runs saving at once (one process each): {rate:,.0f} save points/s")
+    for runs, fleet in results.fleet.items():
+        ratios = ", ".join(f"{s / b:.2f}" for s, b in zip(fleet.saves, fleet.bare, strict=True))
+        out.append(
+            f"PostgreSQL, {runs} runs saving at once (one process and connection each, {2 * fleet.turns + 1} saves "
+            f"each): {statistics.median(fleet.saves):,.0f} save points/s; the same record bytes as bare autocommit "
+            f"INSERTs from {runs} connections: {statistics.median(fleet.bare):,.0f}/s (medians of {len(fleet.saves)} "
+            f"alternated rounds; rounds' ratios {ratios})"
+        )
     for agent in agent_rows:
         out.append(
             f"End-to-end Agent.run ({agent.store}, ScriptedModel, {agent.turns:,} turns): "
@@ -334,6 +351,11 @@ def _link_scale_floor(results: Results) -> None:
         row.floor_seconds = floors.get(row.turns)
 
 
+FLEET_ROUNDS = 5
+"""Rounds of the fleet rows, each unbroken's saves and the bare loop back to back (order
+alternating): the machine is shared, so the verdict is the median of the rounds' ratios."""
+
+
 def _fleet(fleet_runs: list[int], quick: bool, results: Results) -> None:
     import os
 
@@ -347,10 +369,25 @@ def _fleet(fleet_runs: list[int], quick: bool, results: Results) -> None:
         return
     try:
         for runs in fleet_runs:
-            _say(f"PostgreSQL: {runs} runs saving at once")
-            results.fleet[runs] = bench.concurrent_saves(runs, 10 if quick else max(20, 800 // runs))
+            _say(f"PostgreSQL: {runs} runs saving at once, and the bare INSERT loop")
+            turns = 10 if quick else max(20, 800 // runs)
+            results.fleet[runs] = bench.fleet(runs, turns, rounds=3 if quick else FLEET_ROUNDS)
     finally:
         bench.close()
+
+
+def _async(quick: bool, results: Results) -> Any:
+    import os
+
+    import bench_async
+
+    server = os.environ.get("UNBROKEN_TEST_POSTGRES_URL") or bench_async.DEFAULT_URL
+    _say("arun: many runs in one process on PostgreSQL, then over processes, then +20 ms a request")
+    try:
+        return bench_async.measure(server, runs=50 if quick else 200, slow_runs=20 if quick else 50)
+    except Exception as exc:
+        results.notes.append(f"arun rows skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+        return None
 
 
 def _say(message: str) -> None:
@@ -390,7 +427,10 @@ def _write_json(path: Path, results: Results, verdicts: list[str]) -> None:
         ],
         "crash": [vars(row) for row in results.crash],
         "scale": [vars(row) for row in results.scale],
-        "fleet_saves_per_second": results.fleet,
+        "fleet": {
+            runs: {"saves_per_second": fleet.saves, "bare_inserts_per_second": fleet.bare, "ratio": fleet.ratio}
+            for runs, fleet in results.fleet.items()
+        },
         "import": None if results.imports is None else vars(results.imports),
         "targets": verdicts,
         "notes": results.notes,

@@ -366,7 +366,9 @@ class Encoder:
 
     Keeps the JSON text of the last saved small fields, so each record holds only the fields
     whose text changed. Comparing text (not objects) also catches in-place mutation of
-    ``business_state`` by tools."""
+    ``business_state`` by tools. The text of a str or float field is reused while the state holds
+    the very same object (``_known``); every field is still checked (``accept_before_save``) and
+    every container encoded at every save."""
 
     def __init__(self, snapshot_every: int = 50, *, messages_are_json: bool = False) -> None:
         # ``messages_are_json``: the model builds every message from parsed JSON (the SDK
@@ -382,6 +384,9 @@ class Encoder:
         self._since_snapshot = 0
         self._pending: dict[str, str] | None = None
         self._call_paths: dict[int, tuple[list[int | str], str]] = {}  # where each call's input was last found
+        self._known: dict[str, tuple[str | float, str]] = {}
+        """The last text of each small field whose value is a str or a float, with that value:
+        the same (immutable) object again has the same text, so it is not encoded again."""
 
     def _field_texts(self, state: RunState, previous: dict[str, str] | None = None) -> dict[str, str]:
         return self._texts(state, previous)[0]
@@ -395,38 +400,56 @@ class Encoder:
         # walked by ``ensure_json`` (which also refuses tuples and non-str keys, and names the
         # path) only when their text differs from the saved one: unchanged text writes nothing.
         changed: list[str] = []
-        saved = _NO_TEXTS if previous is None else previous
+        differs = (_NO_TEXTS if previous is None else previous).get
         fields = state.small_fields()
         accept_before_save(fields, state)
         if state.schema_version >= 2:  # derived by the reader: not compared, not written
             del fields["save_seq"], fields["message_count"]
         texts: dict[str, str] = {}
+        known = self._known
         for key, value in fields.items():
             kind = type(value)
-            if kind is str:
-                text = _encode_str(value)
-            elif kind is int:
+            if kind is int:
                 text = int.__repr__(value)
             elif value is None:
                 text = "null"
-            elif kind is float and math.isfinite(value):
-                text = float.__repr__(value)
+            elif kind is str or kind is float:
+                seen = known.get(key)
+                if seen is not None and seen[0] is value:
+                    # The very str or float object encoded last time: immutable, so its text
+                    # cannot have changed (tests/unit/test_codec_cache.py). A long task or
+                    # summary is not escaped again at every save.
+                    text = seen[1]
+                elif kind is str:
+                    text = _encode_str(value)
+                    known[key] = (value, text)
+                elif math.isfinite(value):
+                    text = float.__repr__(value)
+                    known[key] = (value, text)
+                else:
+                    text = self._container_text(key, value, differs(key))  # refuses NaN, infinities
             elif not value and (kind is dict or kind is list):
                 text = "{}" if kind is dict else "[]"
-            else:
-                try:
-                    text = _dumps(value)
-                except (TypeError, ValueError, RecursionError):
-                    ensure_json(value, key)
-                    raise NotJSONValue(key, value, "it cannot be encoded as JSON") from None
-                # With a JSON-built model, only business_state holds the user's own values; the
-                # other containers (calls, results, usage, summary) are built from parsed JSON.
-                if saved.get(key) != text and (not self.messages_are_json or key == "business_state"):
-                    ensure_json(value, key)
+            else:  # a container (mutable: never kept in ``_known``), or not JSON at all
+                text = self._container_text(key, value, differs(key))
             texts[key] = text
-            if saved.get(key) != text:
+            if differs(key) != text:
                 changed.append(key)
         return texts, changed
+
+    def _container_text(self, key: str, value: JSONValue, saved: str | None) -> str:
+        """The text of a field that is not a plain scalar, walked by ``ensure_json`` when it is
+        not ``saved`` (the text last saved). With a JSON-built model, only business_state holds
+        the user's own values; the other containers (calls, results, usage, summary) are built
+        from parsed JSON."""
+        try:
+            text = _dumps(value)
+        except (TypeError, ValueError, RecursionError):
+            ensure_json(value, key)
+            raise NotJSONValue(key, value, "it cannot be encoded as JSON") from None
+        if saved != text and (not self.messages_are_json or key == "business_state"):
+            ensure_json(value, key)
+        return text
 
     def prime(self, state: RunState) -> None:
         """Declare ``state`` as what the store already holds (after a load)."""

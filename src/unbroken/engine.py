@@ -10,8 +10,9 @@
 It never waits on anything itself: it yields an *operation* (ask the model, compact, ask a
 probe, start a tool, wait for a started tool) and a driver performs it. ``drive_sync``
 (``Agent.run``) starts a tool and waits for it before the next call is decided;
-``drive_async`` (``Agent.arun``) lets the started tools of one turn run concurrently. Both
-follow the same order of durable steps, so they cannot diverge.
+``drive_async`` (``Agent.arun``) lets the started tools of one turn run concurrently, and does
+the machine's own store work in the store's threads, off the event loop. Both follow the same
+order of durable steps, so they cannot diverge.
 
 A resumed run first settles the calls left dangling by the crash. Each start of a call is
 durable before the tool runs (a ledger intent; for a read-only call run again, a mark):
@@ -23,8 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 from collections.abc import Generator
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from . import approvals, conversation, crashpoints, emitters
@@ -39,7 +42,8 @@ from .state import JSONValue, LedgerEntry, Settlement, SettlementOutcome, ToolCa
 from .tools import NotExecuted, Tool
 
 if TYPE_CHECKING:
-    from .session import RunSession
+    from .session import RunResult, RunSession
+    from .stores.base import Store
 
 
 # ---------------------------------------------------------------------- operations
@@ -238,7 +242,10 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
         else:
             assert tool is not None
             emitters.tool_started(session, call, tool)
-            finished = yield Start(_job(session, call, tool, decision, resuming, settlement))
+            job = _job(session, call, tool, decision, resuming, settlement)
+            crashpoints.hit("tool.before_execute")
+            _mark_started(session, job)  # a save: the step machine's, before the driver starts the tool
+            finished = yield Start(job)
             running += 1
             for job in finished:
                 running -= 1
@@ -471,8 +478,6 @@ def _refused_change(call: ToolCall, result: ToolResult, error: NotJSONValue) -> 
 
 
 def execute_sync(session: RunSession, job: Job) -> Job:
-    crashpoints.hit("tool.before_execute")
-    _mark_started(session, job)
     with session.heartbeat.guard.acting(job.tool.effect):
         job.result = invoke_sync(job.tool, job.call, job.view)
     job.done = True
@@ -480,10 +485,17 @@ def execute_sync(session: RunSession, job: Job) -> Job:
     return job
 
 
-async def execute_async(session: RunSession, job: Job) -> Job:
-    crashpoints.hit("tool.before_execute")
-    _mark_started(session, job)
-    with session.heartbeat.guard.acting(job.tool.effect):
+async def execute_async(session: RunSession, job: Job, store: Store, began: Any = None) -> Job:
+    """Run ``job``'s tool in this task; ``began`` (a future) is resolved once the lease check is
+    done and the tool is entered (the driver goes on from there, as ``run`` would)."""
+    from .stores.offload import off_loop
+
+    guard = session.heartbeat.guard
+    if job.tool.effect != "read_only":
+        await off_loop(store, guard.check)  # the fence's store round trip, in a store thread
+    with guard.acting(job.tool.effect, checked=True):
+        if began is not None and not began.done():
+            began.set_result(None)
         job.result = await invoke_async(job.tool, job.call, job.view)
     job.done = True
     crashpoints.hit("tool.after_execute")
@@ -521,48 +533,122 @@ def drive_sync(session: RunSession) -> None:
             error = exc
 
 
-async def drive_async(session: RunSession) -> None:
-    """Perform the steps on the running event loop (``Agent.arun``): the tools started in one
-    turn run concurrently; each result is recorded as soon as it is back."""
-    import asyncio  # lazily: importing asyncio costs ~35 ms at `import unbroken`
+class _Opened(Frozen):
+    """The first step of an async call: its run is opened (lease taken, state loaded)."""
 
-    agent = session.agent
-    steps = run_steps(session)
-    running: set[asyncio.Task[Job]] = set()
+    __slots__ = ("session",)
+    session: RunSession
+
+    def __init__(self, session: RunSession) -> None:
+        object.__setattr__(self, "session", session)
+
+
+def _held(hold: AbstractContextManager[RunSession]) -> Generator[Operation | _Opened, Any, RunResult]:
+    """One ``arun``/``aresume``/``asend`` call as one generator: open the run (``hold``), its
+    steps, its result, then close it (release the lease) on the way out, however it ends."""
+    with hold as session:
+        yield _Opened(session)
+        yield from run_steps(session)
+        return session.result(session.resume_seconds or session.since_start())
+
+
+def _advance(steps: Generator[Any, Any, Any], reply: Any, error: BaseException | None) -> tuple[str, Any]:
+    """The step machine's work up to its next operation, in a store thread: never raises."""
+    try:
+        return "yielded", (steps.send(reply) if error is None else steps.throw(error))
+    except StopIteration as stop:
+        return "returned", stop.value
+    except BaseException as exc:  # handed back to the loop, raised there
+        return "raised", exc
+
+
+def _unwind(steps: Generator[Any, Any, Any], exc: BaseException) -> None:
+    """End the steps with ``exc`` (a cancellation): their cleanup runs (the lease is released)."""
+    try:
+        steps.throw(exc)
+    except BaseException:  # ``exc`` came back out (or cleanup's own error): the caller raises ``exc``
+        return
+    steps.close()  # (they never catch a cancellation; if they did, they end here)
+
+
+async def drive_async(hold: AbstractContextManager[RunSession], store: Store) -> RunResult:
+    """Perform the steps of one call on the running event loop (``Agent.arun``, ``aresume``,
+    ``asend``): the tools started in one turn run concurrently; each result is recorded as soon
+    as it is back. The step machine's own work between two operations (opening the run, every
+    save, load and ledger claim, the lease's take and release) runs in ``store``'s threads
+    (``stores.offload``), one step at a time and in this call's context, so the loop never waits
+    on the store and the store's rules stay written once. A cancellation (``task.cancel()``,
+    Ctrl-C under ``asyncio.run``) waits for a step already running, so a save is made or not,
+    never in flight; the steps then unwind (the lease is released) and it is raised."""
+    import asyncio  # lazily: importing asyncio costs ~35 ms at `import unbroken`
+    import contextvars
+
+    from .stores.offload import executor, settle
+
+    context = contextvars.copy_context()  # one context for every step: the run's, as in run()
+    steps = _held(hold)
     # A tool left running when this ends (cancelled, an error) keeps the lease from being
     # released while it may act: its ``acting`` scope (or its thread) is counted by the guard.
-    await _drive_async(session, agent, steps, running)
-
-
-async def _drive_async(session: RunSession, agent: Any, steps: Any, running: set[Any]) -> None:
-    import asyncio
-
+    running: set[asyncio.Task[Job]] = set()
+    session: RunSession | None = None
     reply: Any = None
-    error: Exception | None = None
+    error: BaseException | None = None
     while True:
-        try:
-            operation = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration:
-            return
+        future, cancelled = await settle(store, functools.partial(context.run, _advance, steps, reply, error))
+        if cancelled:
+            if session is None and future.cancelled():
+                steps.close()  # cancelled before the run was even opened: nothing to undo
+            else:
+                await settle(store, functools.partial(context.run, _unwind, steps, asyncio.CancelledError()))
+            raise asyncio.CancelledError
+        kind, value = future.result()
+        if kind == "returned":
+            return value  # type: ignore[no-any-return]
+        if kind == "raised":
+            raise value
+        operation = value
         reply, error = None, None
         try:
-            if isinstance(operation, Start):
-                task = asyncio.ensure_future(execute_async(session, operation.job))
+            if isinstance(operation, _Opened):
+                session = operation.session
+                session.heartbeat.guard.release_in = executor(store).submit  # after a tool that outlived us
+            elif isinstance(operation, Start):
+                assert session is not None
+                loop = asyncio.get_running_loop()
+                began = loop.create_future()
+                job = execute_async(session, operation.job, store, began)
+                task = loop.create_task(job, context=context.copy())
+                task.add_done_callback(_resolving(began))
                 running.add(task)
-                await asyncio.sleep(0)  # let it begin
+                await began  # its lease check made and the tool entered (or it failed): then go on
                 reply = _collect(running, [task for task in running if task.done()])
             elif isinstance(operation, Wait):
                 finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 reply = _collect(running, list(finished))
             elif isinstance(operation, CallModel):
-                reply = await agent.model.acomplete(operation.context, operation.tools, operation.system)
+                assert session is not None
+                model = session.agent.model
+                reply = await model.acomplete(operation.context, operation.tools, operation.system)
             elif isinstance(operation, Probe):
                 reply = await acall_probe(operation.tool, operation.call)
             else:
-                assert agent.compaction is not None
-                reply = await agent.compaction.acompact(session.state, agent.model)
+                assert session is not None and session.agent.compaction is not None
+                reply = await session.agent.compaction.acompact(session.state, session.agent.model)
         except Exception as exc:
             error = exc
+        except BaseException as exc:  # cancelled (or Ctrl-C) while awaiting: unwind the steps, then raise
+            await settle(store, functools.partial(context.run, _unwind, steps, exc))
+            raise
+
+
+def _resolving(began: Any) -> Any:
+    """A done callback that resolves ``began`` if the task ended before its tool was entered."""
+
+    def resolve(_task: Any) -> None:
+        if not began.done():
+            began.set_result(None)
+
+    return resolve
 
 
 def _collect(running: set[Any], finished: list[Any]) -> list[Job]:

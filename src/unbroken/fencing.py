@@ -104,6 +104,9 @@ class LeaseGuard:
         self._lock = threading.Lock()
         self._finishing: bool | None = None  # set by finish: whether the owner name ends with it
         self._finished = False
+        self.release_in: Callable[[Callable[[], None]], object] | None = None
+        """Where the release after the last tool that outlived its call runs: None, in the thread
+        that ran the tool; ``arun`` sets a store thread (a tool task ends on the event loop)."""
         sent = clock.monotonic() if obtained_at is None else obtained_at
         # The store set the expiry to (its now + ttl) after we sent the request: measured from
         # the send time on our monotonic clock, the lease is certainly still ours until here.
@@ -198,14 +201,16 @@ class LeaseGuard:
         )
 
     @contextmanager
-    def acting(self, effect: str) -> Iterator[LeaseGuard]:
+    def acting(self, effect: str, *, checked: bool = False) -> Iterator[LeaseGuard]:
         """Around one tool execution: unless the tool is ``read_only``, ``check`` first (so a
         ``LeaseLost`` stops the tool before it starts) and count it as able to act until it
         returns (``finish`` waits for it); then let the tool reach this guard through
-        ``current_lease()``."""
+        ``current_lease()``. ``checked``: the caller has just run ``check`` itself (``arun``
+        runs it in a store thread, off the event loop)."""
         done = None
         if effect != "read_only":
-            self.check()
+            if not checked:
+                self.check()
             done = self.tool_started()
         token = _CURRENT.set(self)
         try:
@@ -233,12 +238,18 @@ class LeaseGuard:
             if not once.acquire(blocking=False):
                 return
             if owners.end_acting(self._lease.owner, self.run_id) == 0 and self._finishing is not None:
-                try:
-                    self._end()
-                except Exception as exc:  # in the tool's thread: the lease expires instead
-                    log.warning("could not release the lease of run %s after its last tool: %s", self.run_id, exc)
+                if self.release_in is None:
+                    self._end_after_last_tool()
+                else:
+                    self.release_in(self._end_after_last_tool)
 
         return done
+
+    def _end_after_last_tool(self) -> None:
+        try:
+            self._end()
+        except Exception as exc:  # in the tool's thread: the lease expires instead
+            log.warning("could not release the lease of run %s after its last tool: %s", self.run_id, exc)
 
     def finish(self, *, owner_ends: bool) -> bool:
         """The call holding this guard has ended (returned, raised, interrupted). Release the

@@ -38,7 +38,7 @@ from .resolve import resolve_call
 from .retention import DAY, Retention, RetentionReport, apply_retention
 from .state import TERMINAL_PHASES, JSONValue, Lease, LedgerEntry, RunState, RunSummary, SaveInfo, check_run_id
 from .stores import Store, open_store
-from .stores.backend import Submission
+from .stores.backend import RunHead, Submission
 from .watching import Update, follow, settlements
 
 # --------------------------------------------------------------------------- opening
@@ -89,8 +89,11 @@ class QueuedRun:
 
 def _queued(store: Store, item: Submission) -> QueuedRun:
     """The submission as a queued run, parked or not (one head read)."""
-    parked = lost.is_parked(store.head_of(item.run_id))
-    return QueuedRun(item.run_id, item.task, item.agent, item.submitted_at, parked)
+    return _as_queued(item, store.head_of(item.run_id))
+
+
+def _as_queued(item: Submission, head: RunHead | None) -> QueuedRun:
+    return QueuedRun(item.run_id, item.task, item.agent, item.submitted_at, lost.is_parked(head))
 
 
 def queued_runs(store: Store) -> list[QueuedRun]:
@@ -123,13 +126,14 @@ class QueuedPage:
 
 def queued_page(store: Store, *, limit: int = 50, after: tuple[float, str] | None = None) -> QueuedPage:
     """Up to ``limit`` queued runs not started yet, oldest first, after the cursor ``after``:
-    one ``store.unstarted_runs`` read (about ``limit`` rows on SQLite, PostgreSQL and Redis, a
-    LIST and ``limit`` GETs on S3, however long the queue), then each run's head (is it parked as
-    lost?). [] on a store that cannot queue runs."""
+    one ``store.unstarted_runs_and_heads`` read (about ``limit`` rows on SQLite, PostgreSQL and
+    Redis, then each run's head: is it parked as lost?; on S3 a LIST and two GETs per run, the
+    heads being those that chose the page), however long the queue. [] on a store that cannot
+    queue runs."""
     if "claim" not in store.capabilities:
         return QueuedPage([], None)
-    items = store.unstarted_runs(after, limit + 1)
-    runs = [_queued(store, item) for item in items[:limit]]
+    items = store.unstarted_runs_and_heads(after, limit + 1)
+    runs = [_as_queued(item, head) for item, head in items[:limit]]
     more = len(items) > limit and runs
     return QueuedPage(runs, (runs[-1].submitted_at, runs[-1].run_id) if more else None)
 

@@ -226,10 +226,10 @@ class Agent:
     ) -> RunResult:
         """Async twin of ``run``, with the same steps in the same order: awaits an async model,
         and lets the calls of one turn run concurrently (sync tools in threads). Each result is
-        durable as soon as it is recorded."""
-        with self._hold(task, run_id, business_state, store, owner, stop) as session:
-            await drive_async(session)
-            return session.result(session.resume_seconds or session.since_start())
+        durable as soon as it is recorded. The store's work runs in the store's own threads, never
+        on the event loop (``stores.offload``); a cancelled call leaves every save made or not."""
+        target = store if store is not None else self.store
+        return await drive_async(self._hold(task, run_id, business_state, store, owner, stop), target)
 
     def resume(
         self,
@@ -256,8 +256,15 @@ class Agent:
         stop: threading.Event | None = None,
     ) -> RunResult:
         """Async twin of ``resume`` (drives the run like ``arun``); never starts a run."""
-        with _never_started(run_id, store or self.store):
+        from .stores.offload import off_loop
+
+        target = store if store is not None else self.store
+        try:
             return await self.arun(None, run_id=run_id, store=store, owner=owner, stop=stop)
+        except RunNotFound as exc:
+            if type(exc) is not RunNotFound:
+                raise
+            raise await off_loop(target, _why_missing, run_id, target) from exc
 
     def send(
         self,
@@ -300,11 +307,10 @@ class Agent:
         stop: threading.Event | None = None,
     ) -> RunResult:
         """Async twin of ``send`` (drives the run like ``arun``)."""
-        with conversation.opened(
+        opened = conversation.opened(
             self, run_id, message, max_turns, turns_per, message_id, create=create, store=store, owner=owner, stop=stop
-        ) as session:
-            await drive_async(session)
-            return session.result(session.resume_seconds or session.since_start())
+        )
+        return await drive_async(opened, store if store is not None else self.store)
 
     @contextmanager
     def _hold(
@@ -372,11 +378,18 @@ def _never_started(run_id: str, store: Store) -> Iterator[None]:
     except RunNotFound as exc:
         if type(exc) is not RunNotFound:
             raise
-        raise missing_run(
-            store,
-            run_id,
-            f"no run {run_id!r} to resume in {store.url}: it was never saved there, was deleted, or the store "
-            "lost it (a server restarted without its data, keys evicted under memory pressure). resume() never "
-            "starts a run; run(task, run_id=...) would start it from nothing, and any side effect it did before "
-            "could run again",
-        ) from exc
+        raise _why_missing(run_id, store) from exc
+
+
+def _why_missing(run_id: str, store: Store) -> Exception:
+    """Why ``run_id`` is not in ``store``, for ``resume`` and ``aresume``: the store's own story
+    (queued, records lost under a head), else what a missing run may mean and what starting it
+    would do."""
+    return missing_run(
+        store,
+        run_id,
+        f"no run {run_id!r} to resume in {store.url}: it was never saved there, was deleted, or the store "
+        "lost it (a server restarted without its data, keys evicted under memory pressure). resume() never "
+        "starts a run; run(task, run_id=...) would start it from nothing, and any side effect it did before "
+        "could run again",
+    )

@@ -56,7 +56,7 @@ def test_a_schedule_file_replays_on_a_seeds_world(tmp_path: Path) -> None:
 
 
 def test_a_users_broken_backend_is_caught_with_its_seed_and_a_shrunk_schedule() -> None:
-    code, output = simulate("--seeds", "20", "--backend", f"{HERE / 'broken_backend.py'}:make")
+    code, output = simulate("--seeds", "40", "--backend", f"{HERE / 'broken_backend.py'}:make")
     assert code == 1
     assert "FAILED; replay: unbroken simulate --replay --seed" in output
     assert "effects_once" in output and "schedule (shrunk):" in output

@@ -26,7 +26,6 @@ long for a run id is replaced by its hash and the log remembers the original in 
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import hashlib
 import json
@@ -40,6 +39,7 @@ from ..errors import ConfigError
 from ..ledger import EffectLedger, args_hash
 from ..state import EFFECTS, MAX_RUN_ID_LENGTH, Effect, JSONValue, RunState, ToolCall, occurrence_key
 from ..stores.base import Store
+from ..stores.offload import off_loop
 from ..tools import Probe
 from . import _effects
 from ._effects import CURRENT_CALL, current_call
@@ -141,7 +141,7 @@ class UnbrokenSessionStore:
         the transcript already holds are skipped."""
         if entries:
             plain = [cast("JSONValue", copy.deepcopy(dict(entry))) for entry in entries]
-            await asyncio.to_thread(self._append, dict(key), plain)
+            await off_loop(self.store, self._append, dict(key), plain)
 
     def _append(self, key: dict[str, Any], entries: list[JSONValue]) -> None:
         log = self._log(transcript_run_id(key))
@@ -165,7 +165,7 @@ class UnbrokenSessionStore:
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
         """Every entry of the transcript in append order, or None if it was never written."""
-        return await asyncio.to_thread(self._load, dict(key))
+        return await off_loop(self.store, self._load, dict(key))
 
     def _load(self, key: dict[str, Any]) -> list[SessionStoreEntry] | None:
         log = self._log(transcript_run_id(key))
@@ -179,7 +179,7 @@ class UnbrokenSessionStore:
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
         """The sessions of ``project_key`` (main transcripts only) with their last-modified time
         in epoch milliseconds."""
-        return await asyncio.to_thread(self._list_sessions, project_key)
+        return await off_loop(self.store, self._list_sessions, project_key)
 
     def _list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
         prefix = f"{PREFIX}{_project(project_key)}."
@@ -196,7 +196,7 @@ class UnbrokenSessionStore:
 
     async def delete(self, key: SessionKey) -> None:
         """Remove a transcript; a main transcript takes its subagents' with it. Safe to call twice."""
-        await asyncio.to_thread(self._delete, dict(key))
+        await off_loop(self.store, self._delete, dict(key))
 
     def _delete(self, key: dict[str, Any]) -> None:
         run_id = transcript_run_id(key)
@@ -208,7 +208,7 @@ class UnbrokenSessionStore:
 
     async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
         """The subpaths of the session's subagent transcripts."""
-        return await asyncio.to_thread(self._list_subkeys, dict(key))
+        return await off_loop(self.store, self._list_subkeys, dict(key))
 
     def _list_subkeys(self, key: dict[str, Any]) -> list[str]:
         prefix = _session_prefix(str(key["project_key"]), str(key["session_id"])) + "."
@@ -350,7 +350,7 @@ class DurableTools:
         ledger = EffectLedger(self.store, tools_run_id(session_id))
         effect = self.effects.get(tool.name, "side_effect")
         if effect == "side_effect":
-            call = await asyncio.to_thread(self.retried_call, ledger, call)
+            call = await off_loop(self.store, self.retried_call, ledger, call)
         self._running.add(call.idempotency_key)  # before its claim: never taken for a crashed call
         try:
             return await self._through_ledger(tool, arguments, ledger, call, effect)
@@ -360,19 +360,19 @@ class DurableTools:
     async def _through_ledger(
         self, tool: SdkMcpTool[Any], arguments: dict[str, Any], ledger: EffectLedger, call: ToolCall, effect: Effect
     ) -> dict[str, Any]:
-        step = await asyncio.to_thread(_effects.before, ledger, call, effect, self.probes.get(tool.name))
+        step = await off_loop(self.store, _effects.before, ledger, call, effect, self.probes.get(tool.name))
         if isinstance(step, _effects.Answered):
             return _recorded(step.content, step.is_error)
         token = CURRENT_CALL.set(call)
         try:
             result = await tool.handler(arguments)
         except Exception:
-            await asyncio.to_thread(_effects.interrupted, ledger, step)
+            await off_loop(self.store, _effects.interrupted, ledger, step)
             raise
         finally:
             CURRENT_CALL.reset(token)
         is_error = bool(result.get("is_error") or result.get("isError"))
-        await asyncio.to_thread(_effects.after, ledger, step, call, json.dumps(result, default=str), is_error)
+        await off_loop(self.store, _effects.after, ledger, step, call, json.dumps(result, default=str), is_error)
         return result
 
 

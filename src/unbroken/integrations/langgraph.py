@@ -23,7 +23,6 @@ Sync and async methods share one implementation (the async ones run it in a work
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import itertools
 import operator
@@ -46,6 +45,7 @@ from langgraph.checkpoint.base import (
 
 from ..errors import ConfigError
 from ..stores.base import Store
+from ..stores.offload import off_loop
 from . import _lgtools
 from ._effects import current_call
 from ._lgthread import Thread, version_key
@@ -359,7 +359,7 @@ class UnbrokenSaver(BaseCheckpointSaver[int]):
     # ------------------------------------------------------------------ async twins
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
+        return await off_loop(self.store, self.get_tuple, config)
 
     async def alist(
         self,
@@ -369,7 +369,7 @@ class UnbrokenSaver(BaseCheckpointSaver[int]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        found = await asyncio.to_thread(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+        found = await off_loop(self.store, lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
         for item in found:
             yield item
 
@@ -380,24 +380,24 @@ class UnbrokenSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+        return await off_loop(self.store, self.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+        await off_loop(self.store, self.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
+        await off_loop(self.store, self.delete_thread, thread_id)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+        await off_loop(self.store, self.copy_thread, source_thread_id, target_thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
+        await off_loop(self.store, self.delete_for_runs, run_ids)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
+        await off_loop(self.store, lambda: self.prune(thread_ids, strategy=strategy))
 
 
 __all__ = ["DurableToolCalls", "UnbrokenSaver", "current_call", "durable_tool_node"]

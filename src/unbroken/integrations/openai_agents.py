@@ -49,6 +49,7 @@ from ..errors import ConfigError, TaskMismatch
 from ..ledger import EffectLedger
 from ..state import EFFECTS, Effect, JSONValue, ToolCall, idempotency_key, occurrence_key
 from ..stores.base import Store
+from ..stores.offload import off_loop
 from ..tools import Probe
 from . import _effects
 from ._runlog import RunLog, log_id
@@ -124,11 +125,11 @@ class UnbrokenSession(SessionABC):
         self._check_open()
         if items:
             plain = [_plain(item) for item in items]
-            await asyncio.to_thread(self.log.append, plain)  # the store blocks; the event loop must not
+            await off_loop(self.store, self.log.append, plain)  # the store blocks; the event loop must not
 
     async def pop_item(self) -> TResponseInputItem | None:
         self._check_open()
-        return await asyncio.to_thread(self._pop)
+        return await off_loop(self.store, self._pop)
 
     def _pop(self) -> TResponseInputItem | None:
         items = self.log.items()
@@ -140,7 +141,7 @@ class UnbrokenSession(SessionABC):
 
     async def clear_session(self) -> None:
         self._check_open()
-        await asyncio.to_thread(self.log.delete)
+        await off_loop(self.store, self.log.delete)
 
     def close(self) -> None:
         """End this handle: later calls raise ``ConfigError``. Safe to call twice. What was
@@ -490,9 +491,9 @@ async def run_durably(agent: Agent[Any], input: str | list[TResponseInputItem], 
     died while running this same input. The input is saved with the session before the model
     is asked. A different input while one is unfinished raises ``TaskMismatch`` (finish or
     ``clear_session`` first). ``runner_options`` go to ``Runner.run`` (not ``session``)."""
-    await asyncio.to_thread(_start, session, input)
+    await off_loop(session.store, _start, session, input)
     result = await Runner.run(agent, [], session=session, **runner_options)
-    await asyncio.to_thread(_finish, session)
+    await off_loop(session.store, _finish, session)
     return result
 
 
@@ -502,7 +503,7 @@ async def run_durably_streamed(agent: Agent[Any], input: str | list[TResponseInp
     ``result.stream_events()`` as they come, and each answer is saved whole before its tool
     calls run. A resumed run replays a saved answer as one completed event. The input counts
     as finished when the run ends without an error (then another input may start)."""
-    await asyncio.to_thread(_start, session, input)
+    await off_loop(session.store, _start, session, input)
     result = Runner.run_streamed(agent, [], session=session, **runner_options)
     task = result.run_loop_task
 

@@ -22,7 +22,6 @@ A finished run is not run again: ``run_durably`` returns its saved output.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from ..leases import make_owner, take_lease
 from ..ledger import EffectLedger
 from ..state import EFFECTS, Effect, JSONValue, ToolCall, occurrence_key
 from ..stores.base import Store
+from ..stores.offload import off_loop
 from ..tools import Probe
 from . import _effects
 from ._effects import CURRENT_CALL, current_call
@@ -87,7 +87,7 @@ class _DurableRun(AbstractCapability[Any]):
         self.saved = dumped
 
     async def after_node_run(self, ctx: RunContext[Any], *, node: Any, result: Any) -> Any:
-        await asyncio.to_thread(self.save, ctx.messages)
+        await off_loop(self.ledger.store, self.save, ctx.messages)
         return result
 
     # ------------------------------------------------------------------ tools through the ledger
@@ -114,19 +114,21 @@ class _DurableRun(AbstractCapability[Any]):
         effect = self.effects.get(call.tool_name, "side_effect")
         arguments = call.args_as_dict()
         tool_call = ToolCall(call.tool_call_id, call.tool_name, arguments, self.key(ctx, call))
-        step = await asyncio.to_thread(_effects.before, self.ledger, tool_call, effect, self.probes.get(call.tool_name))
+        step = await off_loop(
+            self.ledger.store, _effects.before, self.ledger, tool_call, effect, self.probes.get(call.tool_name)
+        )
         if isinstance(step, _effects.Answered):
             return step.content
         token = CURRENT_CALL.set(tool_call)
         try:
             result = await handler(args)
         except Exception:
-            await asyncio.to_thread(_effects.interrupted, self.ledger, step)
+            await off_loop(self.ledger.store, _effects.interrupted, self.ledger, step)
             raise
         finally:
             CURRENT_CALL.reset(token)
         content = result if isinstance(result, str) else json.dumps(result, default=str)
-        await asyncio.to_thread(_effects.after, self.ledger, step, tool_call, content)
+        await off_loop(self.ledger.store, _effects.after, self.ledger, step, tool_call, content)
         return result
 
 

@@ -17,7 +17,7 @@ from ..errors import InsufficientDurability, InvalidStoreURL
 from .backend import Durability
 
 ASSUME_NOEVICTION = "assume_noeviction"
-OPTIONS = frozenset({"durability", "prefix", "retry_for", ASSUME_NOEVICTION})
+OPTIONS = frozenset({"durability", "prefix", "retry_for", "pool_size", ASSUME_NOEVICTION})
 LEVELS = ("full", "normal", "none")
 SAFE_POLICIES = ("noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl")
 """Policies that never evict a key without a TTL (unbroken's keys have none)."""

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ._s3_layout import Head
 from ._s3_objects import PreconditionFailed
-from .backend import Submission
+from .backend import RunHead, Submission
 
 if TYPE_CHECKING:
     from ._s3_objects import Bucket
@@ -59,6 +60,10 @@ class S3Queue:
     objects: Bucket
 
     def _fetch_head(self, run_id: str) -> tuple[Head, str] | None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _as_run_head(head: Head) -> RunHead:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ writing
@@ -103,24 +108,34 @@ class S3Queue:
         found = self.objects.get(f"queue/{run_id}")
         return _parse(run_id, found[0]) if found is not None else None
 
-    def _queue_page(self, after: tuple[float, str] | None, limit: int) -> tuple[list[Submission], str | None]:
-        """Up to ``limit`` queued runs strictly after the cursor, oldest first, and the last
-        order name read (None: the queue ends here). One LIST and one GET per name listed."""
+    def _queue_page(
+        self, after: tuple[float, str] | None, limit: int, *, heads: bool = False
+    ) -> tuple[list[tuple[Submission, Head | None]], str | None]:
+        """Up to ``limit`` queued runs strictly after the cursor, oldest first, each with its
+        head when ``heads`` (else None), and the last order name read (None: the queue ends
+        here). One LIST, then one GET per name listed (and one of its head), all in parallel:
+        a head does not depend on its submission, so no second round trip waits on the first."""
         start = order_name(*after) if after is not None else None
         names = self.objects.names_after(ORDER, start, limit)
         run_ids = [name[len(ORDER) :].split("-", 1)[1] for name in names]
-        found = self.objects.parallel(self.submission, run_ids)
+        reads: list[Callable[[], Any]] = [partial(self.submission, run_id) for run_id in run_ids]
+        if heads:
+            reads += [partial(self._fetch_head, run_id) for run_id in run_ids]
+        found = self.objects.parallel(lambda read: read(), reads)
+        fetched: list[Any] = found[len(run_ids) :] if heads else [None] * len(run_ids)
         page = [
-            queued
-            for name, queued in zip(names, found, strict=True)
+            (queued, head[0] if head is not None else None)
+            for name, queued, head in zip(names, found[: len(run_ids)], fetched, strict=True)
             if queued is not None and order_name(queued.submitted_at, queued.run_id) == name
         ]
         return page, (names[-1] if len(names) >= limit else None)
 
-    def queue_from(self, after: tuple[float, str] | None, size: int) -> Iterator[list[Submission]]:
-        """The queue from the cursor on, in pages of ``size`` names, lazily."""
+    def queue_from(
+        self, after: tuple[float, str] | None, size: int, *, heads: bool = False
+    ) -> Iterator[list[tuple[Submission, Head | None]]]:
+        """The queue from the cursor on, in pages of ``size`` names, lazily (``_queue_page``)."""
         while True:
-            page, last = self._queue_page(after, size)
+            page, last = self._queue_page(after, size, heads=heads)
             yield page
             if last is None:
                 return
@@ -144,11 +159,17 @@ class S3Queue:
         """Pages of the queue until ``limit`` runs with no save point are found: a LIST and two
         GETs per run read (its submission and its head); the started runs lying before them are
         read too, as the SQL stores' indexes do."""
-        page: list[Submission] = []
-        for queued in self.queue_from(after, max(limit, 1)):
-            for item, head in zip(queued, self.heads_of(queued), strict=True):
+        return [item for item, _ in self.unstarted_with_heads(after, limit)]
+
+    def unstarted_with_heads(
+        self, after: tuple[float, str] | None, limit: int
+    ) -> list[tuple[Submission, RunHead | None]]:
+        """``unstarted_page`` with the heads it chose the rows by (no second read per row)."""
+        page: list[tuple[Submission, RunHead | None]] = []
+        for queued in self.queue_from(after, max(limit, 1), heads=True):
+            for item, head in queued:
                 if head is None or int(head["seq"]) == 0:
-                    page.append(item)
+                    page.append((item, self._as_run_head(head) if head is not None else None))
                     if len(page) >= limit:
                         return page
         return page
@@ -160,7 +181,7 @@ class S3Queue:
         are found (a short page is the last): a LIST and two GETs per run read."""
         page: list[Submission] = []
         for queued in self.queue_from(after, max(limit, 1)) if limit > 0 else ():
-            wanted = [item for item in queued if agent is None or item.agent == agent]
+            wanted = [item for item, _ in queued if agent is None or item.agent == agent]
             for item, head in zip(wanted, self.heads_of(wanted), strict=True):
                 if head is None or int(head["seq"]) == 0 or (head.get("summary") or {}).get("phase") not in blocked:
                     page.append(item)

@@ -169,6 +169,13 @@ class Backend(ABC):
     url: str = ""
     reach: Reach = "process"
     durability: Durability = "memory"
+    concurrency: int = 1
+    """How many threads may do this backend's work at once: the width of the pool of threads that
+    ``Agent.arun`` and the integrations hand store work to (``stores.offload``), so the event
+    loop never waits on the store. A backend with a connection pool answers its size (more
+    threads would only queue for a connection). One behind one lock (memory, SQLite, files) keeps
+    one: its work is CPU under the GIL, and every extra thread doing it makes the event loop wait
+    longer for the GIL and the cores (docs/benchmarks.md)."""
 
     # ------------------------------------------------------------------ head and clock
 
@@ -333,6 +340,14 @@ class QueueBackend(Backend):
                     break
         return page
 
+    def unstarted_with_heads(
+        self, after: tuple[float, str] | None, limit: int
+    ) -> list[tuple[Submission, RunHead | None]]:
+        """``unstarted_page`` with each run's head (None: it has none): what a listing needs to
+        mark a parked run. Default: ``unstarted_page``, then one ``read_head`` per row; a store
+        that reads the heads to choose the page (S3) returns those, saving a read per row."""
+        return [(item, self.read_head(item.run_id)) for item in self.unstarted_page(after, limit)]
+
 
 # ---------------------------------------------------------------------- declared abilities
 #
@@ -352,6 +367,9 @@ class Queue(Protocol):
     ) -> list[Submission]: ...
     def phase_of(self, run_id: str) -> str | None: ...
     def unstarted_page(self, after: tuple[float, str] | None, limit: int) -> list[Submission]: ...
+    def unstarted_with_heads(
+        self, after: tuple[float, str] | None, limit: int
+    ) -> list[tuple[Submission, RunHead | None]]: ...
 
 
 @runtime_checkable

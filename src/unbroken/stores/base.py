@@ -165,6 +165,12 @@ class Store:
         return self.backend.durability
 
     @property
+    def concurrency(self) -> int:
+        """How many threads may do this store's work at once (``Backend.concurrency``): the
+        width of the pool of threads ``Agent.arun`` and the integrations hand store work to."""
+        return self.backend.concurrency
+
+    @property
     def capabilities(self) -> frozenset[str]:
         """``leases`` and ``ledger`` (every store), ``claim`` (a ``Queue`` backend: ``submit``
         and workers), ``multi_process`` and ``multi_host`` (its ``reach``). Names from
@@ -690,6 +696,13 @@ class Store:
         """Up to ``limit`` queued runs with no save point yet, oldest first, strictly after the
         cursor ``after`` = (submitted_at, run_id) ([] on a store without ``claim``)."""
         return [] if self._queue is None else self._queue.unstarted_page(after, limit)
+
+    def unstarted_runs_and_heads(
+        self, after: tuple[float, str] | None, limit: int
+    ) -> list[tuple[Submission, RunHead | None]]:
+        """``unstarted_runs`` with each run's head as read (None: it has none): what a listing
+        needs to mark a run parked as lost ([] on a store without ``claim``)."""
+        return [] if self._queue is None else self._queue.unstarted_with_heads(after, limit)
 
     def close(self) -> None:
         """Release the backend's connections and files. The store cannot be used afterwards."""

@@ -68,6 +68,7 @@ class EncryptedBackend(Backend):
         self.url = inner.url
         self.reach = inner.backend.reach
         self.durability = inner.durability
+        self.concurrency = inner.concurrency
         self._server = inner.backend if isinstance(inner.backend, ServerCheck) else None
         self._runs: OrderedDict[str, OpenedRun] = OrderedDict()
         self._lock = threading.Lock()

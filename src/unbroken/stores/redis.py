@@ -19,6 +19,8 @@ URL options (the rest of the URL, password and ``rediss://`` for TLS included, g
 * ``prefix=NAME`` (default ``unbroken``): the key prefix, so several stores can share a database.
 * ``retry_for=SECONDS`` (default 10): how long one operation keeps retrying while the server is
   unreachable (a restart, a fail-over) before it raises ``StoreUnavailable``.
+* ``pool_size=N`` (default 8): the most connections this process opens, and so the threads that
+  may work on the store at once (``Agent.arun`` hands its store work to that many).
 
 Every conditional write is one Lua script (``_redis_scripts``), so its check and its writes are one
 atomic step on the server; lease times come from the server's clock (``TIME``). Redis Cluster is
@@ -55,6 +57,7 @@ from .backend import (
 from .base import Store
 
 T = TypeVar("T")
+DEFAULT_POOL_SIZE = 8
 _TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
@@ -83,8 +86,16 @@ class RedisBackend(RedisQueue):
             raise InvalidStoreURL(f"retry_for in store URL is not a number: {exc}") from exc
         if not 0 <= self.retry_for <= 3600:
             raise InvalidStoreURL("retry_for in store URL must be between 0 and 3600 seconds")
+        pool_size = options.get("pool_size", str(DEFAULT_POOL_SIZE))
+        if not pool_size.isdigit() or not 1 <= int(pool_size) <= 1024:
+            raise InvalidStoreURL(f"pool_size={pool_size!r} in store URL; use a whole number from 1 to 1024")
+        self.concurrency = int(pool_size)
         try:
-            self._client = redis.Redis.from_url(client_url, socket_connect_timeout=5, socket_timeout=30)
+            # A blocking pool: a thread past pool_size waits for a free connection instead of opening more.
+            pool = redis.BlockingConnectionPool.from_url(
+                client_url, max_connections=self.concurrency, timeout=20, socket_connect_timeout=5, socket_timeout=30
+            )
+            self._client = redis.Redis(connection_pool=pool)
         except ValueError as exc:
             raise InvalidStoreURL(f"store URL is not a valid Redis URL: {exc}") from exc
         self._lock = threading.Lock()
@@ -165,6 +176,7 @@ class RedisBackend(RedisQueue):
 
     def close(self) -> None:
         self._client.close()
+        self._client.connection_pool.disconnect()  # ours, given to the client: it does not close it
 
     # ------------------------------------------------------------------ head and clock
 

@@ -72,6 +72,7 @@ class S3Backend(S3Ledger, S3Queue, QueueBackend):
 
     reach: Reach = "network"
     durability = "power_loss"  # an object store acknowledges a put once it is stored redundantly
+    concurrency = 10  # botocore's default pool: 10 connections per client
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -435,7 +436,7 @@ class S3Backend(S3Ledger, S3Queue, QueueBackend):
         replaces (so a run finishing meanwhile is never claimed again)."""
         claimed: list[ClaimedRun] = []
         for page in self.queue_from(None, CLAIM_PAGE):
-            for queued in page:
+            for queued, _ in page:
                 if len(claimed) >= limit:
                     return claimed
                 if agent is not None and queued.agent != agent:

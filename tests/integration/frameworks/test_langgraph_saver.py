@@ -179,3 +179,24 @@ def test_list_with_limit_zero_yields_no_checkpoint_as_langgraphs_savers_do() -> 
     assert len(list(saver.list(config, limit=1))) == 1
     assert list(saver.list(config, limit=0)) == []
     assert list(saver.list(None, limit=0)) == []
+
+
+def test_ainvoke_hands_every_store_call_to_the_stores_threads(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    from faults_kit.store_threads import watch
+
+    store = open_store(f"sqlite:///{tmp_path / 'graph.db'}")
+    threads = watch(store)
+    graph = chat_graph(UnbrokenSaver(store))
+    config: RunnableConfig = {"configurable": {"thread_id": "chat-async"}}
+
+    async def main() -> Any:
+        threads.loop_thread = threading.get_ident()
+        await graph.ainvoke({"messages": [HumanMessage("hello")]}, config)
+        return await graph.ainvoke({"messages": [HumanMessage("again")]}, config)
+
+    state = asyncio.run(main())
+    assert [m.content for m in state["messages"]] == ["hello", "echo: hello", "again", "echo: again"]
+    assert threads.calls and threads.on_loop() == []

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 from pgtest import fresh_schema
 
-from unbroken import Agent, EffectLedger, ScriptedModel, ToolCall, resolve_call, tool
-from unbroken.errors import TaskMismatch, Unsupported
-from unbroken.state import occurrence_key
+from unbroken import Agent, ScriptedModel, resolve_call, tool
+from unbroken.errors import OutcomeUnknown, TaskMismatch, Unsupported
 from unbroken.stores import open_store
 from unbroken.stores.base import UNCLAIMABLE_PHASES, Store
 
@@ -85,10 +84,8 @@ def test_a_finished_run_is_not_claimed_again(store: Store) -> None:
 def test_a_paused_run_is_not_claimed_until_it_is_resolved(store: Store) -> None:
     @tool(effect="side_effect")
     def send(to: str) -> str:
-        return "sent"
+        raise OutcomeUnknown("the connection broke after the request was sent")  # it cannot tell: pause
 
-    call = ToolCall("c1", "send", {"to": "x"}, occurrence_key("r1", 2, 0, "c1"))  # key of the call save 2 records
-    EffectLedger(store, "r1").claim(call)  # an earlier attempt started it and died: outcome unknown
     store.submit("t", "r1")
     script: list[dict[str, Any]] = [
         {"content": [{"type": "tool_use", "id": "c1", "name": "send", "input": {"to": "x"}}], "usage": {}},

@@ -82,8 +82,10 @@ def test_a_stale_owners_write_is_refused_with_lease_lost_and_changes_nothing(pg_
 
 
 def test_every_acquisition_bumps_the_fence_token(pg_store: PostgresStore) -> None:
-    fences = [pg_store.acquire_lease("r1", "me", 30).fence for _ in range(3)]
-    assert fences == [1, 2, 3]
+    leases = [pg_store.acquire_lease("r1", "me", 30) for _ in range(3)]
+    fences = [lease.fence for lease in leases]
+    assert fences == sorted(set(fences))  # each above the last (not consecutive: the store clock is their floor)
+    assert [lease.previous_fence for lease in leases] == [0, *fences[:2]]
 
 
 def test_a_live_lease_of_another_owner_is_not_taken_until_it_expires(pg_store: PostgresStore) -> None:

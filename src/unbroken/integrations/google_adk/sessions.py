@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import hashlib
 import json
@@ -38,6 +37,7 @@ from pydantic_core import to_jsonable_python
 from ... import clock
 from ...state import JSONValue, RunState
 from ...stores.base import Store
+from ...stores.offload import off_loop
 from .._runlog import RunLog, list_logs
 
 PREFIX = "adk."
@@ -184,7 +184,7 @@ class UnbrokenSessionService(BaseSessionService):
         self, *, app_name: str, user_id: str, state: dict[str, Any] | None = None, session_id: str | None = None
     ) -> Session:
         """A new session, saved (durable) when it returns; ``AlreadyExistsError`` if the id is taken."""
-        return await asyncio.to_thread(self._create, app_name, user_id, state or {}, session_id)
+        return await off_loop(self.store, self._create, app_name, user_id, state or {}, session_id)
 
     def _create(self, app_name: str, user_id: str, state: dict[str, Any], session_id: str | None) -> Session:
         session_id = (session_id.strip() if session_id else "") or str(uuid.uuid4())
@@ -216,7 +216,7 @@ class UnbrokenSessionService(BaseSessionService):
         self, *, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None = None
     ) -> Session | None:
         """The session with its events (filtered by ``config``) and merged state, or None."""
-        return await asyncio.to_thread(self._get, app_name, user_id, session_id, config)
+        return await off_loop(self.store, self._get, app_name, user_id, session_id, config)
 
     def _get(self, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None) -> Session | None:
         session_id = session_id.strip() if session_id else session_id
@@ -237,7 +237,7 @@ class UnbrokenSessionService(BaseSessionService):
     async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> ListSessionsResponse:
         """The sessions of the app (of one user when ``user_id`` is given), without events,
         oldest update first."""
-        return await asyncio.to_thread(self._list, app_name, user_id)
+        return await off_loop(self.store, self._list, app_name, user_id)
 
     def _list(self, app_name: str, user_id: str | None) -> ListSessionsResponse:
         prefix = f"{PREFIX}s.{_hash(app_name)}." + (f"{_hash(user_id)}." if user_id is not None else "")
@@ -256,11 +256,11 @@ class UnbrokenSessionService(BaseSessionService):
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Remove the session, its events and its effect ledger. Safe to call twice."""
         session_id = session_id.strip() if session_id else session_id
-        await asyncio.to_thread(self._session_log(app_name, user_id, session_id).delete)
+        await off_loop(self.store, self._session_log(app_name, user_id, session_id).delete)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user-scoped state of ``user_id`` in ``app_name``, keys without ``user:``."""
-        state = await asyncio.to_thread(self._scoped_state, "user", app_name, user_id)
+        state = await off_loop(self.store, self._scoped_state, "user", app_name, user_id)
         return copy.deepcopy(state)
 
     async def append_event(self, session: Session, event: Event) -> Event:
@@ -271,7 +271,7 @@ class UnbrokenSessionService(BaseSessionService):
             return event
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
-        saved = await asyncio.to_thread(self._append, session, event)
+        saved = await off_loop(self.store, self._append, session, event)
         if saved:
             self._commit_event_to_session(session, event)
         return event

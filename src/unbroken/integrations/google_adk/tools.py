@@ -14,7 +14,6 @@ makes the call again (so ``before_run_callback`` answers it in the session first
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -33,6 +32,7 @@ from ...errors import ConfigError
 from ...ledger import EffectLedger
 from ...state import EFFECTS, Effect, JSONValue, LedgerEntry, ToolCall, occurrence_key
 from ...stores.base import Store
+from ...stores.offload import off_loop
 from ...tools import Probe
 from .. import _effects
 from .._effects import CURRENT_CALL
@@ -105,7 +105,7 @@ class UnbrokenToolPlugin(BasePlugin):
         session = tool_context.session
         ledger = EffectLedger(self.store, session_run_id(session.app_name, session.user_id, session.id))
         effect = self.effects.get(tool.name, "side_effect")
-        step = await asyncio.to_thread(_effects.before, ledger, call, effect, self.probes.get(tool.name))
+        step = await off_loop(self.store, _effects.before, ledger, call, effect, self.probes.get(tool.name))
         if isinstance(step, _effects.Answered):
             return _response(step.content, step.is_error)
         self._running[call.idempotency_key] = step
@@ -122,7 +122,7 @@ class UnbrokenToolPlugin(BasePlugin):
         CURRENT_CALL.set(None)
         ledger = EffectLedger(self.store, _run_of(tool_context))
         content = json.dumps(to_jsonable_python(result))
-        await asyncio.to_thread(_effects.after, ledger, step, call, content)
+        await off_loop(self.store, _effects.after, ledger, step, call, content)
         return None
 
     async def on_tool_error_callback(
@@ -133,7 +133,7 @@ class UnbrokenToolPlugin(BasePlugin):
             step = self._running.pop(call.idempotency_key)
             CURRENT_CALL.set(None)
             # It may have acted before raising (or being cancelled): unknown from now on.
-            await asyncio.to_thread(_effects.interrupted, EffectLedger(self.store, _run_of(tool_context)), step)
+            await off_loop(self.store, _effects.interrupted, EffectLedger(self.store, _run_of(tool_context)), step)
         return None
 
 
@@ -171,14 +171,14 @@ async def answer_interrupted_calls(plugin: UnbrokenToolPlugin, invocation_contex
         arguments: dict[str, JSONValue] = to_jsonable_python(dict(call.args or {}))
         name, call_id = call.name or "", call.id or ""
         tool_call = ToolCall(call_id, name, arguments, occurrence_key(run_id, index, position, call_id))
-        if await asyncio.to_thread(ledger.get, tool_call.idempotency_key) is None:
+        if await off_loop(plugin.store, ledger.get, tool_call.idempotency_key) is None:
             continue
-        step = await asyncio.to_thread(_effects.before, ledger, tool_call, "side_effect", plugin.probes.get(name))
+        step = await off_loop(plugin.store, _effects.before, ledger, tool_call, "side_effect", plugin.probes.get(name))
         if isinstance(step, _effects.Answered):
             content, is_error = step.content, step.is_error
         else:  # the probe found it was not made: say so, the model may ask for it again
             content, is_error = f"NOT EXECUTED: {name} was interrupted before it acted; nothing was done", True
-            await asyncio.to_thread(_effects.after, ledger, step, tool_call, content, is_error)
+            await off_loop(plugin.store, _effects.after, ledger, step, tool_call, content, is_error)
         calling = session.events[index]
         response = types.FunctionResponse(id=call_id, name=name, response=_response(content, is_error))
         event = Event(

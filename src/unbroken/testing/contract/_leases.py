@@ -36,6 +36,21 @@ class LeasesContract(ContractBase):
         assert store.read_records("run-fence-append") == before
         assert store.ledger_get("run-fence-append", idempotency_key("run-fence-append", "call_late")) is None
 
+    def test_append_without_ledger_entries_with_a_stale_fence_raises_lease_lost_and_writes_nothing(
+        self, store: Store
+    ) -> None:
+        # A store may write a save without ledger entries another way (PostgreSQL: a leaner
+        # statement); the fence holds there too.
+        run, stale = self._fenced_run(store, "run-fence-plain")
+        before = store.read_records("run-fence-plain")
+        summary = store.list_runs()
+
+        with pytest.raises(LeaseLost):
+            run.save(fence=stale)
+
+        assert store.read_records("run-fence-plain") == before
+        assert store.list_runs() == summary
+
     def _assert_stale_fence_ledger_write_is_refused(
         self, store: Store, run_id: str, write: Callable[[LedgerEntry, int], object]
     ) -> None:

@@ -35,6 +35,7 @@ class Delegating(QueueBackend):
         self.url = inner.url
         self.reach = inner.reach
         self.durability = inner.durability
+        self.concurrency = inner.concurrency
         # What the inner backend declares, checked once (as Store does).
         self._queue = inner if isinstance(inner, Queue) else None
         self._raw = inner if isinstance(inner, RawReads) else None

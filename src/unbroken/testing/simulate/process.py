@@ -17,7 +17,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ... import clock, crashpoints, engine
+from ... import clock, crashpoints
 from ...engine import CallModel, Compact, Job, Probe, Start, Wait, run_steps
 from ...errors import LeaseHeld, LeaseLost
 from ...execution import invoke_sync
@@ -304,8 +304,6 @@ class SimProcess:
     def _execute(self, session: RunSession, job: Job, *, concurrent: bool = False) -> Points:
         """``engine.execute_sync``, with the act in flight between the lease check and the
         service: it lands by the check's lease expiry plus the grace (the documented bound)."""
-        crashpoints.hit("tool.before_execute")
-        engine._mark_started(session, job)
         with session.heartbeat.guard.acting(job.tool.effect) as guard:
             if job.tool.effect != "read_only":
                 deadline = guard.lease.expires_at + guard.grace

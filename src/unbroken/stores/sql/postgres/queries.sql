@@ -2,9 +2,10 @@
 -- Values are always bound parameters (%(name)s); nothing here is built from user input.
 -- Lease times are taken from the database clock (clock_timestamp()), never the client's.
 
--- name: append
--- One save point as one statement, hence one atomic write: advance the head if it is still
--- at expect_seq under our fence, and only then write the record and upsert the ledger rows.
+-- name: append_record
+-- One save point without ledger entries (most saves), as one statement, hence one atomic write:
+-- advance the head if it is still at expect_seq under our fence, and only then write the record.
+-- The row count of the INSERT says which happened (1: written; 0: refused, nothing changed).
 WITH advanced AS (
     UPDATE unbroken_runs
        SET head_seq = %(seq)s, task = %(task)s, phase = %(phase)s, turns = %(turns)s,
@@ -12,10 +13,22 @@ WITH advanced AS (
      WHERE run_id = %(run_id)s AND head_seq = %(expect_seq)s
        AND (%(fence)s::bigint IS NULL OR fence = %(fence)s::bigint)
     RETURNING run_id
-), record AS (
-    INSERT INTO unbroken_records (run_id, seq, label, snapshot, body, checksum)
-    SELECT run_id, %(seq)s, %(label)s, %(snapshot)s, %(body)s, %(checksum)s FROM advanced
-    RETURNING seq
+)
+INSERT INTO unbroken_records (run_id, seq, label, snapshot, body, checksum)
+SELECT run_id, %(seq)s, %(label)s, %(snapshot)s, %(body)s, %(checksum)s FROM advanced
+
+-- name: append
+-- A save point with ledger entries, as one statement, hence one atomic write: advance the head
+-- if it is still at expect_seq under our fence, and only then upsert the ledger rows and write
+-- the record (a data-modifying WITH runs to completion whatever the outer statement reads). As
+-- append_record, the row count of the INSERT says which happened.
+WITH advanced AS (
+    UPDATE unbroken_runs
+       SET head_seq = %(seq)s, task = %(task)s, phase = %(phase)s, turns = %(turns)s,
+           tokens_used = %(tokens_used)s, updated_at = %(updated_at)s
+     WHERE run_id = %(run_id)s AND head_seq = %(expect_seq)s
+       AND (%(fence)s::bigint IS NULL OR fence = %(fence)s::bigint)
+    RETURNING run_id
 ), ledger AS (
     INSERT INTO unbroken_effects AS e
            (key, run_id, call_id, tool, args_hash, status, attempts, result, created_at, updated_at, lease_fence, checksum)
@@ -30,9 +43,9 @@ WITH advanced AS (
            updated_at = EXCLUDED.updated_at, args_hash = EXCLUDED.args_hash, call_id = EXCLUDED.call_id,
            tool = EXCLUDED.tool, created_at = EXCLUDED.created_at, lease_fence = EXCLUDED.lease_fence,
            checksum = EXCLUDED.checksum
-    RETURNING key
 )
-SELECT count(*) FROM record
+INSERT INTO unbroken_records (run_id, seq, label, snapshot, body, checksum)
+SELECT run_id, %(seq)s, %(label)s, %(snapshot)s, %(body)s, %(checksum)s FROM advanced
 
 -- name: create_run
 INSERT INTO unbroken_runs (run_id) VALUES (%(run_id)s) ON CONFLICT (run_id) DO NOTHING

@@ -1,0 +1,101 @@
+"""Thread CPU time of each save (issue 24 goal 4): where a save's Python goes, steady on a loaded machine.
+
+    python benchmarks/bench_save_cpu.py [--turns 1000] [--rounds 3] [--task-bytes 8000]
+
+Runs a real ``Agent.run`` on SQLite ``durability=normal`` (the commit itself is cheap, so the
+Python around it shows) and times, with ``time.thread_time_ns``, each ``RunSession.save`` at save
+points A and B, and inside it ``Encoder.encode`` and ``Store.append``. Prints medians (us) per round.
+Wall-clock time on a shared 2-core VM swings 2x; thread CPU time moves a few percent.
+``--task-bytes``: a task of that many characters (quotes and newlines in it), as a long brief or
+a compacted run's summary is: a small field that every save holds and few change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import workload
+from bench_store import TIMED_LABELS, WorkloadModel, read_ticket
+from unbroken import Agent, open_store
+from unbroken.codec import Encoder
+from unbroken.session import RunSession
+
+
+def one_round(turns: int, directory: Path, index: int, task: str = workload.TASK) -> dict[str, float]:
+    cpu = time.thread_time_ns
+    parts: dict[str, list[int]] = {"save": [], "encode": [], "append": []}
+    inside = [False]
+    real_save, real_encode = RunSession.save, Encoder.encode
+    store = open_store(f"sqlite:///{directory}/cpu-{index}.db?durability=normal")
+    real_append = type(store).append
+
+    def timed(name: str, real: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not inside[0]:
+                return real(*args, **kwargs)
+            started = cpu()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                parts[name].append(cpu() - started)
+
+        return wrapper
+
+    def timed_save(session: RunSession, label: str, **kwargs: Any) -> None:
+        if label not in TIMED_LABELS:
+            real_save(session, label, **kwargs)
+            return
+        inside[0] = True
+        started = cpu()
+        try:
+            real_save(session, label, **kwargs)
+        finally:
+            parts["save"].append(cpu() - started)
+            inside[0] = False
+
+    RunSession.save = timed_save  # type: ignore[method-assign,assignment]
+    Encoder.encode = timed("encode", real_encode)  # type: ignore[method-assign]
+    type(store).append = timed("append", real_append)  # type: ignore[method-assign]
+    try:
+        agent = Agent(WorkloadModel(turns), [read_ticket], store, max_turns=turns + 1, lease_ttl=3600.0)
+        result = agent.run(task, run_id=f"cpu-{index}")
+    finally:
+        RunSession.save = real_save  # type: ignore[method-assign]
+        Encoder.encode = real_encode  # type: ignore[method-assign]
+        type(store).append = real_append  # type: ignore[method-assign]
+        store.close()
+    if result.status != "completed":
+        raise RuntimeError(f"the run ended {result.status}")
+    return {name: statistics.median(samples) / 1e3 for name, samples in parts.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--task-bytes", type=int, default=0, help="a task this long (default: the workload's)")
+    args = parser.parse_args()
+    task = workload.TASK
+    if args.task_bytes:
+        task = (task + ' ("by category", then by month)\n') * (args.task_bytes // (len(task) + 30) + 1)
+        task = task[: args.task_bytes]
+    with tempfile.TemporaryDirectory(prefix="unbroken-save-cpu-") as directory:
+        for index in range(args.rounds):
+            figures = one_round(args.turns, Path(directory), index, task)
+            rest = figures["save"] - figures["encode"] - figures["append"]
+            print(
+                f"round {index + 1}: save {figures['save']:.1f} us (encode {figures['encode']:.1f}, "
+                f"append {figures['append']:.1f}, rest ~{rest:.1f}); thread CPU, medians of {2 * args.turns}"
+            )
+
+
+if __name__ == "__main__":
+    main()
