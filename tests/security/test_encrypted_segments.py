@@ -5,14 +5,19 @@ a segment moved to other seqs or copied into another run does not load, fast pat
 from __future__ import annotations
 
 import json
+import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_encryption_at_rest import KEYS, _sqlite, run
+from test_encryption_at_rest import KEYS, _sqlite, note, run, turns
 
-from unbroken import CorruptCheckpoint, open_store
+from unbroken import Agent, CorruptCheckpoint, ScriptedModel, open_store, paging
 from unbroken.codec import PackedRecords, segment_seal
+from unbroken.encryption import Envelope, LocalKeys
+from unbroken.errors import EncryptionKeyMissing
+from unbroken.state import JSONValue
 from unbroken.stores.backend import seal
 from unbroken.stores.encrypted import DATA_KEY, EncryptedStore
 
@@ -99,3 +104,89 @@ def test_a_packed_read_opens_in_one_loop_and_refuses_a_record_moved_in_it(tmp_pa
         assert store.load("r1").phase == "completed"
         store.inner.read_packed = lambda run_id: packed([bodies[0], bodies[0], *bodies[2:]])  # type: ignore[method-assign]
         assert store.read_packed("r1") is None
+
+
+def test_a_plaintext_ledger_entry_put_in_an_encrypted_run_is_refused(tmp_path: Path) -> None:
+    """One call's entry of a plaintext run put in place of an entry of an encrypted run, its
+    checksum made right: refused on read (every result of a run encrypted from its start is
+    sealed), like a plaintext record; the plaintext run's own entries still read."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    run(url, "plain", "alpha", keys=None)
+    run(url, "sealed", "alpha")
+    with open_store(url, encryption=KEYS) as store:
+        assert isinstance(store, EncryptedStore)
+        (foreign,) = store.inner.list_entries("plain")
+        (target,) = [s for s in store.inner.list_entries("sealed") if s.entry.key != DATA_KEY]
+        store.inner.put_entry(seal(replace(foreign.entry, run_id="sealed", key=target.entry.key)), fence=None)
+    with open_store(url, encryption=KEYS) as store:
+        with pytest.raises(CorruptCheckpoint, match=r"plaintext where run 'sealed' is encrypted .* key id 'k-"):
+            store.ledger_get("sealed", target.entry.key)
+        assert store.ledger_get("plain", foreign.entry.key) is not None
+
+
+def test_an_encrypted_store_reads_the_plaintext_entries_of_a_run_it_took_over(tmp_path: Path) -> None:
+    """A plaintext run continued by a store with keys: its entries written before keep reading."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    run(url, "old", "alpha", keys=None)
+    with open_store(url, encryption=KEYS) as store:
+        assert isinstance(store, EncryptedStore)
+        (entry,) = store.inner.list_entries("old")
+        store.ledger_put(replace(entry.entry, key="ub_" + "0" * 32))  # a key made for the run now
+        assert store.ledger_get("old", entry.entry.key) is not None
+        assert store.ledger_get("old", "ub_" + "0" * 32) is not None
+
+
+class CountingKeys:
+    """``KEYS``, counting the data keys it unwraps."""
+
+    def __init__(self) -> None:
+        self.unwrapped = 0
+
+    @property
+    def current_kid(self) -> str:
+        return KEYS.current_kid
+
+    def wrap(self, data_key: bytes) -> dict[str, JSONValue]:
+        return KEYS.wrap(data_key)
+
+    def unwrap(self, envelope: Envelope) -> bytes:
+        self.unwrapped += 1
+        return KEYS.unwrap(envelope)
+
+
+def test_ledger_gc_and_submit_unwrap_no_other_runs_data_key(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    for name in ("r1", "r2", "r3"):
+        run(url, name, "alpha")
+    counting = CountingKeys()
+    with EncryptedStore(open_store(url), counting) as store:
+        assert isinstance(store, EncryptedStore)
+        assert store.submit("task alpha", "r2") == "r2"  # the same task: accepted, one run's key read
+        assert counting.unwrapped <= 1
+        counting.unwrapped = 0
+        assert store.ledger_gc(older_than=time.time() + 3600) == 3  # each run's one tool entry
+        assert counting.unwrapped == 0
+        assert [s.entry.key for s in store.inner.list_entries("r1")] == [DATA_KEY]  # never collected
+    with open_store(url, encryption=KEYS) as store:
+        assert store.load("r1").phase == "completed"
+
+
+def test_a_paged_read_without_keys_names_the_key_id(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    run(url, "r1", "alpha")
+    with open_store(url) as plain, pytest.raises(EncryptionKeyMissing, match=f"under key id '{KEYS.current_kid}'"):
+        list(paging.iter_records(plain, "r1", 0, 2))
+
+
+def test_a_run_whose_data_key_is_in_a_separate_key_store_says_so_without_it(tmp_path: Path) -> None:
+    url, key_store = f"sqlite:///{tmp_path / 'runs.db'}", f"sqlite:///{tmp_path / 'keys.db'}"
+    with open_store(url, encryption=KEYS, key_store=key_store) as store:
+        Agent(ScriptedModel(turns("alpha")), tools=[note], store=store).run("task alpha", run_id="r1")
+    with open_store(url) as plain:
+        with pytest.raises(EncryptionKeyMissing, match="separate key store"):
+            plain.load("r1")
+        with pytest.raises(EncryptionKeyMissing, match="separate key store"):
+            list(paging.iter_records(plain, "r1", 0, 2))
+    other = open_store(url, encryption=LocalKeys(os.urandom(32)), key_store=key_store)
+    with other, pytest.raises(EncryptionKeyMissing, match=f"key id '{KEYS.current_kid}'"):
+        other.load("r1")

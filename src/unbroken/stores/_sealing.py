@@ -13,12 +13,14 @@ from ._data_keys import DATA_KEY, KeyRecord
 
 
 class OpenedRun:
-    """A run's data key, opened: its cipher, where sealing started, the sealed task (reused)."""
+    """A run's data key, opened: its cipher, where sealing started (records; whether ledger
+    results in clear may be there), the sealed task (reused)."""
 
-    __slots__ = ("cipher", "from_seq", "kid", "task")
+    __slots__ = ("cipher", "from_seq", "kid", "plain_entries", "task")
 
     def __init__(self, cipher: RunCipher, record: KeyRecord) -> None:
         self.cipher, self.from_seq, self.kid = cipher, record.from_seq, record.kid
+        self.plain_entries = record.plain_entries
         self.task: tuple[str, str] | None = None  # (plain, sealed)
 
 
