@@ -190,3 +190,17 @@ def test_a_run_whose_data_key_is_in_a_separate_key_store_says_so_without_it(tmp_
     other = open_store(url, encryption=LocalKeys(os.urandom(32)), key_store=key_store)
     with other, pytest.raises(EncryptionKeyMissing, match=f"key id '{KEYS.current_kid}'"):
         other.load("r1")
+
+
+def test_entries_written_in_clear_before_a_run_had_a_data_key_keep_reading(tmp_path: Path) -> None:
+    """A run with a ledger entry and no save yet, written without keys, then given a data key (by
+    a ledger write of a store with keys): its entry from before is not taken for a replaced one."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    run(url, "plain", "alpha", keys=None)
+    with open_store(url) as plain:
+        (entry,) = plain.ledger_list("plain")
+        plain.ledger_put(replace(entry, run_id="fresh"))
+    with open_store(url, encryption=KEYS) as store:
+        store.ledger_put(replace(entry, run_id="fresh", key="ub_" + "1" * 32))
+        assert store.ledger_get("fresh", entry.key) is not None
+        assert store.ledger_get("fresh", "ub_" + "1" * 32) is not None
