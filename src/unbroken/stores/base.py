@@ -471,10 +471,14 @@ class Store(Backend):
         check_task(task)
         head = self.read_head(run_id)
         if head is not None and head.seq > 0:  # a saved run keeps its task: checked before queuing it
-            self._same_task(run_id, task, next((s.task for s in self.list_summaries() if s.run_id == run_id), task))
+            self._same_task(run_id, task, self._saved_task(run_id, task))
         queued = self.add_submission(Submission(run_id, task, agent, self.store_time()))
         self._same_task(run_id, task, queued.task if queued is not None else task)
         return run_id
+
+    def _saved_task(self, run_id: str, default: str) -> str:
+        """The task of saved run ``run_id`` (``default`` if no summary shows it)."""
+        return next((s.task for s in self.list_summaries() if s.run_id == run_id), default)
 
     @staticmethod
     def _same_task(run_id: str, task: str, held: str) -> None:
