@@ -255,6 +255,7 @@ def _fields_intact(fields: dict[str, Any]) -> bool:
         and phase in _PHASES
         and type(get("run_id")) is str
         and type(get("task")) is str
+        and type(get("summary")) in _SUMMARY_TYPES
         and type(get("business_state", _EMPTY)) is dict
         and type(results := get("results", _EMPTY)) is dict
         and (not results or _results_intact(results))
@@ -269,6 +270,7 @@ def _fields_intact(fields: dict[str, Any]) -> bool:
 
 
 _EMPTY: dict[str, Any] = {}
+_SUMMARY_TYPES = (str, type(None))  # a compaction's summary text, or none (absent: none)
 
 
 _HOWS = frozenset(RESULT_HOWS)
@@ -329,6 +331,8 @@ def _explain_fields(fields: dict[str, JSONValue]) -> None:
     for name in ("run_id", "task"):
         if type(fields[name]) is not str:
             raise ValueError(f"field {name} is not a string")
+    if type(fields.get("summary")) not in _SUMMARY_TYPES:
+        raise ValueError(f"field summary is {_short(fields.get('summary'))}, not a string or null")
     for name, kind in _CONTAINERS:
         if name in fields and type(fields[name]) is not kind:
             raise ValueError(f"field {name} is a {_json_type(fields[name])}, not a {_json_type(kind())}")

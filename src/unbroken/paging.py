@@ -49,7 +49,7 @@ from .codec import (
     reads_natively,
     save_info,
 )
-from .errors import CorruptCheckpoint
+from .errors import CorruptCheckpoint, EncryptionKeyMissing
 from .state import JSONValue, RunState, SaveInfo
 from .stores.base import Store
 
@@ -112,7 +112,11 @@ def iter_records(
                 raise Unusual(f"record {expected} is missing")
             if not after < record.seq <= end:
                 raise Unusual(f"record {record.seq} read outside {after + 1}..{end}")
-            yield parse_record(record.seq, record.body, record.checksum, migrations, same_schema=same_schema)
+            try:
+                parsed = parse_record(record.seq, record.body, record.checksum, migrations, same_schema=same_schema)
+            except EncryptionKeyMissing as exc:  # a sealed record read without keys: name the key it needs
+                raise store.key_missing(run_id, exc) from None
+            yield parsed
             expected = record.seq + 1
         position = end
     if expected != upto + 1:

@@ -28,6 +28,7 @@ from .codec import (
     is_snapshot,
     reads_natively,
 )
+from .errors import EncryptionKeyMissing
 from .state import JSONValue, RunState
 
 if TYPE_CHECKING:
@@ -129,6 +130,6 @@ def _parse(records: list[StoredRecord], migrations: Migrations) -> list[dict[str
             if not reads_natively(value["v"], migrations):
                 return None  # an older schema: the whole-run decode migrates it
             parsed.append(value)
-    except ValueError:  # IncompatibleSchema (newer) is not a ValueError: it propagates
-        return None
+    except (ValueError, EncryptionKeyMissing):  # IncompatibleSchema (newer) is not a ValueError: it propagates
+        return None  # (a sealed record without keys: the whole-run decode says which key it needs)
     return parsed

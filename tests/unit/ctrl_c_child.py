@@ -15,25 +15,30 @@ from unbroken.codec import EncodedSave
 from unbroken.stores.base import Store
 from unbroken.stores.sqlite import SQLiteBackend
 
-HERE = Path(sys.argv[1])
-
 
 class SlowSave(SQLiteBackend):
+    def __init__(self, here: Path) -> None:
+        super().__init__(here / "runs.db")
+        self.here = here
+
     def write_record(self, save: EncodedSave, ledger: Any, *, expect_seq: int, fence: int | None) -> None:
-        if (HERE / "charges").exists() and not (HERE / "saving").exists():
-            (HERE / "saving").write_text(str(save.seq))
+        if (self.here / "charges").exists() and not (self.here / "saving").exists():
+            (self.here / "saving").write_text(str(save.seq))
             time.sleep(1.0)  # the SIGINT comes now
         super().write_record(save, ledger, expect_seq=expect_seq, fence=fence)
 
 
-@tool(effect="side_effect")
-def charge(amount: int) -> str:
-    with (HERE / "charges").open("a") as charges:
-        charges.write(f"{amount}\n")
-    return f"charged {amount}"
+def agent(store: Any, here: Path) -> Agent:
+    """The agent of the child and of the test's resume; its tool appends each charge to
+    ``<here>/charges`` (the directory is passed, never read from argv at import: the test imports
+    this module too, in a process whose argv is pytest's)."""
 
+    @tool(effect="side_effect")
+    def charge(amount: int) -> str:
+        with (here / "charges").open("a") as charges:
+            charges.write(f"{amount}\n")
+        return f"charged {amount}"
 
-def agent(store: Any) -> Agent:
     call = {"type": "tool_use", "id": "c1", "name": "charge", "input": {"amount": 5}}
     script: list[dict[str, Any]] = [
         {"content": [call], "stop_reason": "tool_use", "usage": {}},
@@ -43,5 +48,5 @@ def agent(store: Any) -> Agent:
 
 
 if __name__ == "__main__":
-    store = Store(SlowSave(HERE / "runs.db"))
-    asyncio.run(agent(store).arun("charge", run_id="r"))
+    here = Path(sys.argv[1])
+    asyncio.run(agent(Store(SlowSave(here)), here).arun("charge", run_id="r"))

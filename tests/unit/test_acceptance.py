@@ -236,7 +236,7 @@ def valid_fields() -> dict[str, JSONValue]:
     return state.small_fields()
 
 
-FIELD_NAMES = sorted(valid_fields())
+FIELD_NAMES = sorted({*valid_fields(), "summary"})
 
 
 @settings(max_examples=200, deadline=None)
@@ -335,6 +335,8 @@ BAD_PER_CALL_SHAPES = [
     ("attempts", {"k1": "2"}, r"field attempts\['k1'\] is '2'"),
     ("attempts", {"k1": 2**53}, r"field attempts\['k1'\] is 9007199254740992"),
     ("attempts", {"k1": True}, r"field attempts\['k1'\] is True"),
+    ("summary", 5, r"field summary is 5, not a string or null"),
+    ("summary", ["earlier turns"], r"field summary is \['earlier turns'\], not a string or null"),
 ]
 
 

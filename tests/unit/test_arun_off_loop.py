@@ -209,7 +209,7 @@ def test_ctrl_c_during_a_save_lets_it_finish_releases_the_lease_and_resume_charg
     assert store.load("r").save_seq == int(saving.read_text())  # the save under way was made
     from ctrl_c_child import agent
 
-    assert asyncio.run(agent(store).aresume("r")).status == "completed"
+    assert asyncio.run(agent(store, tmp_path).aresume("r")).status == "completed"
     assert (tmp_path / "charges").read_text() == "5\n"  # charged once
 
 

@@ -3,9 +3,12 @@
 The entry (key ``DATA_KEY``) is written insert-if-absent by the first write of an encrypted run
 (a save, a ledger entry, a submission), so every store keeps it through the seam it already
 has, two writers of a new run agree on one data key, and ``remove_run`` drops it with the run.
-Its result holds ``{"wrapped": ENVELOPE, "from_seq": N}``: the data key wrapped by the user's
-key provider (the envelope names the key id) and the first save sealed under it (records from
-there on must be sealed: a plaintext one there is a replacement, refused on load).
+Its result holds ``{"wrapped": ENVELOPE, "from_seq": N, "plain_entries": B}``: the data key
+wrapped by the user's key provider (the envelope names the key id), the first save sealed under
+it (records from there on must be sealed: a plaintext one there is a replacement, refused on
+load), and whether the run held ledger entries before it had a data key (if not, every ledger
+result in it must be sealed: a plaintext one is a replacement, refused on read; an entry written
+before this field existed counts as ``from_seq > 1``).
 The entry is checksummed like every ledger entry; it holds nothing readable without the
 user's key.
 """
@@ -32,6 +35,12 @@ class KeyRecord:
 
     envelope: dict[str, JSONValue]
     from_seq: int
+    plain_entries: bool
+    """Whether ledger results in clear may be in the run (written before its data key was made)."""
+
+    def text(self) -> str:
+        value = {"wrapped": self.envelope, "from_seq": self.from_seq, "plain_entries": self.plain_entries}
+        return json.dumps(value, sort_keys=True)
 
     @property
     def kid(self) -> str:
@@ -42,7 +51,7 @@ class KeyRecord:
 def key_entry(run_id: str, record: KeyRecord) -> SealedEntry:
     """The reserved ledger entry holding ``record``, sealed (checksummed) for the store."""
     now = clock.wall()
-    text = json.dumps({"wrapped": record.envelope, "from_seq": record.from_seq}, sort_keys=True)
+    text = record.text()
     entry = LedgerEntry(
         run_id=run_id,
         key=DATA_KEY,
@@ -60,8 +69,7 @@ def key_entry(run_id: str, record: KeyRecord) -> SealedEntry:
 def rewrapped(sealed: SealedEntry, envelope: dict[str, JSONValue]) -> SealedEntry:
     """The same reserved entry with a new envelope (rotation): the data key inside is the same."""
     record = read_key_entry(sealed.entry.run_id, sealed)
-    text = json.dumps({"wrapped": envelope, "from_seq": record.from_seq}, sort_keys=True)
-    result = ToolResult(call_id="", content=text)
+    result = ToolResult(call_id="", content=replace(record, envelope=envelope).text())
     return seal(replace(sealed.entry, result=result, updated_at=clock.wall()))
 
 
@@ -86,17 +94,26 @@ def read_key_entry(run_id: str, sealed: SealedEntry) -> KeyRecord:
     envelope, from_seq = value.get("wrapped"), value.get("from_seq")
     if not isinstance(envelope, dict) or type(from_seq) is not int or from_seq < 1:
         raise damaged
-    return KeyRecord(envelope, from_seq)
+    plain_entries = value.get("plain_entries", from_seq > 1)
+    if type(plain_entries) is not bool:
+        raise damaged
+    return KeyRecord(envelope, from_seq, plain_entries)
 
 
 def needs_key(backend: Backend, run_id: str, found: EncryptionKeyMissing) -> EncryptionKeyMissing:
     """``found`` (a sealed record met without keys) naming the key id the run's data key is
-    wrapped under, read from its reserved entry (clear: the id is not secret)."""
+    wrapped under, read from its reserved entry (clear: the id is not secret); or, when this
+    store holds no such entry, saying where it must be (a separate key store). Every read path
+    that can meet a sealed record without keys raises through here (whole loads, paged reads)."""
     try:
         stored = backend.get_entry(run_id, DATA_KEY)
         kid = None if stored is None else read_key_entry(run_id, stored).kid
     except UnbrokenError:
-        kid = None
-    if kid is None:
         return found
+    if kid is None:
+        return EncryptionKeyMissing(
+            f"run {run_id!r} is encrypted at rest and this store holds no data key entry for it (it is kept in a "
+            "separate key store, or was lost): open it as EncryptedStore(store, keys, key_store=...) with the key "
+            f"store and keys its runs were written with: {found}"
+        )
     return EncryptionKeyMissing(f"run {run_id!r} is encrypted at rest under key id {kid!r}: {found}")

@@ -6,19 +6,21 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..acceptance import REFUSED, checksum
-from ..codec import EncodedSave, StoredRecord
+from ..codec import EncodedSave, PackedRecords, Segment, StoredRecord, segment_index
 from ..encryption._cipher import DecryptFailed, RunCipher, is_sealed_record
 from ..state import LedgerEntry
 from ._data_keys import DATA_KEY, KeyRecord
 
 
 class OpenedRun:
-    """A run's data key, opened: its cipher, where sealing started, the sealed task (reused)."""
+    """A run's data key, opened: its cipher, where sealing started (records; whether ledger
+    results in clear may be there), the sealed task (reused)."""
 
-    __slots__ = ("cipher", "from_seq", "kid", "task")
+    __slots__ = ("cipher", "from_seq", "kid", "plain_entries", "task")
 
     def __init__(self, cipher: RunCipher, record: KeyRecord) -> None:
         self.cipher, self.from_seq, self.kid = cipher, record.from_seq, record.kid
+        self.plain_entries = record.plain_entries
         self.task: tuple[str, str] | None = None  # (plain, sealed)
 
 
@@ -71,6 +73,31 @@ def open_record(run_id: str, run: OpenedRun | None, record: StoredRecord, text: 
             return record  # torn or edited as stored: judged (and named) by the loader
         return refused(record, f"it does not decrypt ({exc}): moved from another run or position, or edited")
     return StoredRecord(record.seq, plain.decode() if text else plain, checksum(plain))
+
+
+def open_segment(run: OpenedRun, segment: Segment, text: bool) -> list[StoredRecord] | None:
+    """The records of a segment of sealed records, opened in one loop (``RunCipher.open_bodies``),
+    each bound to its seq by its position in the segment (a segment moved to other seqs or
+    another run does not open); None unless all open (then record by record: ``open_record``)."""
+    index = segment_index(segment.index_text, segment.first, segment.last, len(segment.bodies))
+    if index is None:
+        return None
+    opened = run.cipher.open_bodies(segment.bodies, [(seq, length) for seq, _, length in index])
+    if opened is None:
+        return None
+    return [
+        StoredRecord(seq, plain.decode() if text else plain, checksum(plain))
+        for (seq, _, _), plain in zip(index, opened, strict=True)
+    ]
+
+
+def open_packed(run: OpenedRun, packed: PackedRecords) -> PackedRecords | None:
+    """A store's packed read of sealed records, opened in one loop; None unless all open."""
+    opened = run.cipher.open_bodies(packed.buffer, [(seq, length) for seq, _, length in packed.index])
+    if opened is None:
+        return None
+    index = [(seq, checksum(plain), len(plain)) for (seq, _, _), plain in zip(packed.index, opened, strict=True)]
+    return PackedRecords(b"[" + b",".join(opened) + b"]", index)
 
 
 def is_crc(check: str) -> bool:

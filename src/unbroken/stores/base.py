@@ -392,9 +392,7 @@ class Store:
                 raise self._not_found(run_id) from None
             raise
         except EncryptionKeyMissing as exc:  # a sealed record read without keys: name the key it needs
-            from ._data_keys import needs_key
-
-            raise needs_key(self.backend, run_id, exc) from None
+            raise self.key_missing(run_id, exc) from None
         if head is not None and decoded.problem is None and decoded.last_seq < head.seq:
             problem = (
                 f"save records {decoded.last_seq + 1}..{head.seq} of run {run_id!r} are missing "
@@ -408,6 +406,13 @@ class Store:
                 )
             decoded.corrupt_seq, decoded.problem = decoded.last_seq + 1, problem
         return decoded
+
+    def key_missing(self, run_id: str, found: EncryptionKeyMissing) -> EncryptionKeyMissing:
+        """``found`` (a sealed record of the run met without keys) naming the key id the run's
+        data key is wrapped under, or where that key is kept (``_data_keys.needs_key``)."""
+        from ._data_keys import needs_key
+
+        return needs_key(self.backend, check_run_id(run_id), found)
 
     def load(self, run_id: str, *, recover: bool = False) -> RunState:
         """The run's state at its last save point. Raises ``RunNotFound``, ``CorruptCheckpoint``
@@ -625,12 +630,14 @@ class Store:
         check_task(task)
         head = self.backend.read_head(run_id)
         if head is not None and head.seq > 0:  # a saved run keeps its task: checked before queuing it
-            self._same_task(
-                run_id, task, next((s.task for s in self.backend.list_summaries() if s.run_id == run_id), task)
-            )
+            self._same_task(run_id, task, self._saved_task(run_id, task))
         queued = self._queue.add_submission(Submission(run_id, task, agent, self.backend.store_time()))
         self._same_task(run_id, task, queued.task if queued is not None else task)
         return run_id
+
+    def _saved_task(self, run_id: str, default: str) -> str:
+        """The task of saved run ``run_id`` (``default`` if no summary shows it)."""
+        return next((s.task for s in self.backend.list_summaries() if s.run_id == run_id), default)
 
     @staticmethod
     def _same_task(run_id: str, task: str, held: str) -> None:

@@ -33,9 +33,9 @@ from ..codec import EncodedSave, PackedRecords, Segment, StoredRecord
 from ..encryption import KeyProvider
 from ..encryption._cipher import DecryptFailed, RunCipher, is_sealed_text, new_data_key
 from ..errors import EncryptionKeyMissing, UnbrokenError, WrongEncryptionKey
-from ..state import RunSummary, check_run_id
+from ..state import TERMINAL_PHASES, RunSummary, check_run_id
 from ._data_keys import DATA_KEY, KeyRecord, key_entry, read_key_entry, rewrapped
-from ._sealing import OpenedRun, open_record, seal_entry, seal_save, seal_task
+from ._sealing import OpenedRun, open_packed, open_record, open_segment, seal_entry, seal_save, seal_task
 from .backend import (
     Backend,
     ClaimedRun,
@@ -116,13 +116,21 @@ class EncryptedBackend(Backend):
                 return cached
         stored = self.key_store.get_entry(run_id, DATA_KEY)
         if stored is None and create_from is not None:
-            made = key_entry(run_id, KeyRecord(self.keys.wrap(new_data_key()), create_from))
+            record = KeyRecord(self.keys.wrap(new_data_key()), create_from, self._has_entries(run_id, create_from))
+            made = key_entry(run_id, record)
             stored = self.key_store.insert_entry(made, fence=None) or made
         if stored is None:
             with self._lock:
                 self._runs.pop(run_id, None)
             return None
         return self._opened(run_id, stored)
+
+    def _has_entries(self, run_id: str, create_from: int) -> bool:
+        """Whether the run may hold ledger entries written in clear before its data key: it has
+        saves already, or an entry (one bounded read, once per run: when its data key is made)."""
+        if create_from > 1:
+            return True
+        return any(s.entry.key != DATA_KEY for s in self.inner.entries_page(run_id, None, 2))
 
     def rewrap(self, run_id: str) -> bool | None:
         """Re-wrap the run's data key under the provider's current key if another key wraps it:
@@ -159,8 +167,17 @@ class EncryptedBackend(Backend):
         if sealed is None:
             return None
         entry = sealed.entry
-        if entry.result is None or not is_sealed_text(entry.result.content):
+        if entry.result is None:
             return sealed
+        if not is_sealed_text(entry.result.content):
+            run = self._run(run_id)
+            if run is None or run.plain_entries:
+                return sealed  # a plaintext run, or one that held entries before it was encrypted
+            return SealedEntry(
+                entry,
+                f"{REFUSED}its result is stored in plaintext where run {run_id!r} is encrypted (every entry of "
+                f"it is sealed under key id {run.kid!r}): a replaced or foreign entry",
+            )
         intact = sealed.checksum is None or sealed.checksum == entry_checksum(entry)
         try:
             try:
@@ -205,6 +222,11 @@ class EncryptedBackend(Backend):
         refreshed = False
         try:
             for item in records:
+                if type(item) is Segment and run is not None:
+                    fast = open_segment(run, item, text)  # (all opened in one loop: the common case)
+                    if fast is not None:
+                        yield from fast
+                        continue
                 for record in item.records() if type(item) is Segment else (item,):
                     opened = open_record(run_id, run, record, text)  # type: ignore[arg-type]
                     if opened.checksum.startswith(REFUSED) and not refreshed:
@@ -250,16 +272,46 @@ class EncryptedBackend(Backend):
         return self._open_records(run_id, self.outer.iter_load_pieces(run_id), text=False)  # its fast path
 
     def iter_load_pieces(self, run_id: str) -> Iterable[StoredRecord | Segment]:
-        return self.iter_raw_records(run_id)  # sealed bodies are opened one by one: no sealed segment read
+        return self.iter_raw_records(run_id)  # (a segment's sealed bodies opened in one loop, handed on one by one)
 
     def read_packed(self, run_id: str) -> PackedRecords | None:
-        return None
+        packed = self.outer.read_packed(run_id)  # the inner store's packed read (``PackedReads``)
+        if packed is None:
+            return None
+        run = self._run(run_id)
+        # None when one does not open (or a mixed run's plaintext records): the loader then reads
+        # record by record (``iter_load_pieces``), which says which record is wrong and why.
+        return packed if run is None else open_packed(run, packed)
 
     def list_summaries(self) -> list[RunSummary]:
         return [self._open_summary(row) for row in self.inner.list_summaries()]
 
     def summaries_page(self, after: tuple[float, str] | None, limit: int) -> list[RunSummary]:
         return [self._open_summary(row) for row in self.inner.summaries_page(after, limit)]
+
+    def saved_task(self, run_id: str, default: str) -> str:
+        """``Store._saved_task`` for ``EncryptedStore``."""
+        # The clear rows, and that one run's task opened: never every run's data key unwrapped.
+        row = next((row for row in self.inner.list_summaries() if row.run_id == run_id), None)
+        return default if row is None else self._open_summary(row).task
+
+    def ledger_gc_as_stored(self, older_than: float) -> int:
+        """``Store.ledger_gc`` on the rows as stored (phases and ``updated_at`` are clear): no
+        run's data key is unwrapped, no result opened, and a run's data key entry is never
+        collected (only ``remove_run`` destroys it)."""
+        removed = 0
+        for summary in self.inner.list_summaries():
+            if summary.phase not in TERMINAL_PHASES:
+                continue
+            doomed = [
+                s.entry.key
+                for s in self.inner.list_entries(summary.run_id)
+                if s.entry.key != DATA_KEY and s.entry.updated_at < older_than
+            ]
+            if doomed:
+                self.inner.delete_entries(summary.run_id, doomed)
+                removed += len(doomed)
+        return removed
 
     def _open_summary(self, row: RunSummary) -> RunSummary:
         return row if not is_sealed_text(row.task) else replace(row, task=self._open_task(row.run_id, row.task))
@@ -416,6 +468,14 @@ class EncryptedStore(Store):
     def rewrap(self, run_id: str) -> bool | None:
         """Re-wrap the run's data key under the provider's current key (``EncryptedBackend.rewrap``)."""
         return self.backend.rewrap(check_run_id(run_id))
+
+    def _saved_task(self, run_id: str, default: str) -> str:
+        return self.backend.saved_task(run_id, default)  # that one run's task opened, no other run's key
+
+    def ledger_gc(self, older_than: float) -> int:
+        """``Store.ledger_gc`` on the rows as stored (``EncryptedBackend.ledger_gc_as_stored``):
+        no run's data key unwrapped, and a run's data key entry never collected."""
+        return self.backend.ledger_gc_as_stored(older_than)
 
 
 __all__ = ["CACHED_RUNS", "DATA_KEY", "EncryptedBackend", "EncryptedStore"]

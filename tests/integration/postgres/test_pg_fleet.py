@@ -151,7 +151,7 @@ def test_runs_complete_exactly_once_while_workers_are_killed_at_random(fleet: Fl
         name = rng.choice(sorted(live))
         live.pop(name).kill()
         kills += 1
-        replacement = f"{name.split('-')[0]}-{kills}"  # not name-k1-k2-...: a long run's file names outgrew 255 bytes
+        replacement = f"{name.split('-')[0]}-{kills}"  # w03-17: the slot and the kill (never longer)
         live[replacement] = fleet.start(replacement, *options)
     fleet.kill_all()
     events = fleet.events()

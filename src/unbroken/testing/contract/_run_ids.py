@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from ...codec import EncodedSave, Encoder
-from ...errors import InvalidRunId
+from ...errors import EncryptionKeyMissing, InvalidRunId
 from ...state import RunState
 from ...stores.base import Store
 from ._base import ContractBase
@@ -49,6 +49,7 @@ _RUN_ID_CALLS: dict[str, Callable[[Store, str], object]] = {
     "park": lambda store, run_id: store.park(run_id, "holder", 60.0),
     "unpark": lambda store, run_id: store.unpark(run_id, "holder"),
     "ledger_stored": lambda store, run_id: store.ledger_stored(run_id),
+    "key_missing": lambda store, run_id: store.key_missing(run_id, EncryptionKeyMissing("no keys")),
 }
 """Every public ``Store`` method that takes a run id (a test below keeps the list whole)."""
 
