@@ -95,3 +95,22 @@ def test_arun_waits_the_grace_on_the_loop_while_other_runs_of_the_store_go_on(tm
     assert events == ["probe", "b acted", "b acted", "b done", "probe", "a acted"]
     assert waits == [0.0]  # and A did not act before whoever started its call could no longer act
     assert _waited(store)
+
+
+def test_arun_cancelled_during_the_grace_releases_the_lease_and_acts_on_nothing(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    events: list[str] = []
+    waits: list[float] = []
+    agent = _in_doubt(store, events, waits)
+
+    async def main() -> None:
+        a = asyncio.create_task(agent.aresume("a"))
+        while "probe" not in events:
+            await asyncio.sleep(0.001)
+        a.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await a
+
+    asyncio.run(main())
+    assert events == ["probe"] and waits == []
+    assert take_lease(store, "a", make_owner(), 5).takeover.how == "released"  # not left to expire
