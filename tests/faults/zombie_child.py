@@ -246,7 +246,7 @@ def switch_fencing_off(parts: str) -> set[str]:
     if "alive" in off:
         owners.owner_is_alive = lambda owner: False
     if "check" in off:
-        fencing.LeaseGuard.acting = acting  # type: ignore[method-assign]
+        fencing.LeaseGuard.acting = acting  # type: ignore[method-assign,assignment]
     if "grace" in off:
         fencing.LeaseGuard.absence_needs_wait = lambda self, entry=None: 0.0  # type: ignore[method-assign]
     if "inherit" in off:
