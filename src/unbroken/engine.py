@@ -8,7 +8,8 @@
     -> compact -> ask the model
 
 It never waits on anything itself: it yields an *operation* (ask the model, compact, ask a
-probe, start a tool, wait for a started tool) and a driver performs it. ``drive_sync``
+probe, start a tool, wait for a started tool, sleep out a takeover's grace) and a driver
+performs it. ``drive_sync``
 (``Agent.run``) starts a tool and waits for it before the next call is decided;
 ``drive_async`` (``Agent.arun``) lets the started tools of one turn run concurrently, and does
 the machine's own store work in the store's threads, off the event loop. Both follow the same
@@ -30,7 +31,7 @@ from collections.abc import Generator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from . import approvals, conversation, crashpoints, emitters
+from . import approvals, clock, conversation, crashpoints, emitters
 from ._plain import Frozen, Plain
 from .codec import ensure_json
 from .errors import ModelCallFailed, NotJSONValue, RunInterrupted
@@ -100,7 +101,22 @@ class Wait(Frozen):
     __slots__ = ()
 
 
-Operation = CallModel | Compact | Probe | Start | Wait
+class Sleep(Frozen):
+    """Wait ``seconds`` before the next step; the driver sends back None. The machine never
+    sleeps itself: ``drive_sync`` waits on the clock seam (``clock.sleep``), ``drive_async``
+    on the event loop (``asyncio.sleep``, holding no store thread), the simulator on its
+    virtual clock. ``reason`` says what is waited for (for a reader, a log, a debugger)."""
+
+    __slots__ = ("reason", "seconds")
+    seconds: float
+    reason: str
+
+    def __init__(self, seconds: float, reason: str) -> None:
+        object.__setattr__(self, "seconds", seconds)
+        object.__setattr__(self, "reason", reason)
+
+
+Operation = CallModel | Compact | Probe | Start | Wait | Sleep
 Steps = Generator[Operation, Any, None]
 
 
@@ -213,13 +229,9 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
             in_doubt = decision.entry
             assert tool is not None and in_doubt is not None
             answer, error = yield Probe(tool, call)
-            if isinstance(answer, NotExecuted):
-                grace = session.heartbeat.guard.absence_needs_wait(in_doubt)
-                if session.heartbeat.guard.wait_before_trusting_absence(in_doubt):
-                    # The previous holder might have acted while we waited for it to be unable to: ask again.
-                    answer, error = yield Probe(tool, call)
-                else:
-                    grace = 0.0
+            if isinstance(answer, NotExecuted) and (grace := (yield from _grace(session, call, in_doubt))):
+                # The previous holder might have acted while we waited for it to be unable to: ask again.
+                answer, error = yield Probe(tool, call)
             if call.idempotency_key in capped and isinstance(answer, NotExecuted) and error is None:
                 decision = _never_ran(call, decision)  # proven not to have happened; still not run again
             else:
@@ -260,6 +272,18 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
     if state.phase in ("running_tools", "paused") and not state.dangling_calls():
         session.finish_tools()  # every call was answered before (by hand, or by an older save)
     return True
+
+
+def _grace(session: RunSession, call: ToolCall, in_doubt: LedgerEntry) -> Generator[Operation, Any, float]:
+    """Wait (as ``Sleep`` operations) until whoever started ``in_doubt`` can no longer act, so
+    that a "not executed" probe asked after it is evidence (``LeaseGuard.absence_needs_wait``,
+    the rule). Asked again after each wait: the driver's wake-up is not trusted to be on time.
+    Returns the seconds waited (0: trusted at once)."""
+    waited = 0.0
+    while (wait := session.heartbeat.guard.absence_needs_wait(in_doubt)) > 0:
+        yield Sleep(wait, f"grace: the holder that started call {call.id!r} ({call.name}) may still act")
+        waited += wait
+    return waited
 
 
 _HOW_OUTCOME: dict[str, SettlementOutcome] = {"reused": "reused", "probed": "probed", "resolved": "resolved"}
@@ -527,6 +551,8 @@ def drive_sync(session: RunSession) -> None:
             elif isinstance(operation, Compact):
                 assert agent.compaction is not None
                 reply = agent.compaction.compact(session.state, agent.model)
+            elif isinstance(operation, Sleep):
+                clock.sleep(operation.seconds)
             else:
                 reply = []  # Wait: a sync start has already finished
         except Exception as exc:
@@ -631,6 +657,8 @@ async def drive_async(hold: AbstractContextManager[RunSession], store: Store) ->
                 reply = await model.acomplete(operation.context, operation.tools, operation.system)
             elif isinstance(operation, Probe):
                 reply = await acall_probe(operation.tool, operation.call)
+            elif isinstance(operation, Sleep):
+                await asyncio.sleep(operation.seconds)  # on the loop: no store thread is held
             else:
                 assert session is not None and session.agent.compaction is not None
                 reply = await session.agent.compaction.acompact(session.state, session.agent.model)

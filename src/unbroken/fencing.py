@@ -11,7 +11,8 @@ tool can call it again itself at the last moment (``current_lease()``).
 
 The other side of the same rule: a process that takes a run over must not trust a probe's
 "not executed" about a call left in doubt before whoever started that attempt can no longer
-act (``wait_before_trusting_absence``). The attempt's ledger entry records the fence it started
+act (``absence_needs_wait``; the engine waits it out as an operation its driver performs,
+never by sleeping inside a step). The attempt's ledger entry records the fence it started
 under: if that is the fence of the holder we took over from, how we took over says when it can
 no longer act (dead or released: now; expired: ``grace`` after its expiry); an older fence
 means its holder was displaced before our predecessor and may still be frozen mid-act, so we
@@ -296,22 +297,13 @@ class LeaseGuard:
     def absence_needs_wait(self, entry: LedgerEntry | None = None) -> float:
         """Seconds still to wait before a "not executed" probe about the in-doubt attempt
         ``entry`` is evidence (0 when it already is): until whoever started that attempt can no
-        longer act. The one place this rule is decided."""
+        longer act (at most ``grace``). The one place this rule is decided. Nothing here
+        waits: the step machine yields the wait as an operation (``engine.Sleep``) that its
+        driver performs (the heartbeat keeps the lease meanwhile), then probes again."""
         trust_at = self._trust_absence_at
         if self.started_before_predecessor(entry):
             trust_at = max(trust_at, self._trust_older_absence_at)
         return max(0.0, trust_at - clock.monotonic())
-
-    def wait_before_trusting_absence(self, entry: LedgerEntry | None = None) -> bool:
-        """Call after a probe answered "not executed" for the in-doubt attempt ``entry``.
-        Returns False when that answer can be trusted now; otherwise sleeps until whoever
-        started it can no longer act (at most ``grace`` seconds; the heartbeat keeps the lease
-        meanwhile) and returns True: probe again and use the second answer."""
-        wait = self.absence_needs_wait(entry)
-        if wait <= 0:
-            return False
-        clock.sleep(wait)
-        return True
 
 
 def keep_acting(effect: str) -> Callable[[], None]:

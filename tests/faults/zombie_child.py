@@ -246,9 +246,9 @@ def switch_fencing_off(parts: str) -> set[str]:
     if "alive" in off:
         owners.owner_is_alive = lambda owner: False
     if "check" in off:
-        fencing.LeaseGuard.acting = acting  # type: ignore[method-assign]
+        fencing.LeaseGuard.acting = acting  # type: ignore[method-assign,assignment]
     if "grace" in off:
-        fencing.LeaseGuard.wait_before_trusting_absence = lambda self, entry=None: False  # type: ignore[method-assign]
+        fencing.LeaseGuard.absence_needs_wait = lambda self, entry=None: 0.0  # type: ignore[method-assign]
     if "inherit" in off:
         fencing.LeaseGuard.started_before_predecessor = lambda self, entry: False  # type: ignore[method-assign]
     if "owner" in off:

@@ -45,8 +45,8 @@ def no_lease_check() -> AbstractContextManager[None]:
 
 
 def no_grace() -> AbstractContextManager[None]:
-    """``fencing.LeaseGuard.wait_before_trusting_absence`` trusts "not executed" at once."""
-    return _patched(fencing.LeaseGuard, "wait_before_trusting_absence", lambda self, entry=None: False)
+    """``fencing.LeaseGuard.absence_needs_wait`` trusts "not executed" at once."""
+    return _patched(fencing.LeaseGuard, "absence_needs_wait", lambda self, entry=None: 0.0)
 
 
 def grace_not_inherited() -> AbstractContextManager[None]:

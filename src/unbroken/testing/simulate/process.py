@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ... import clock, crashpoints
-from ...engine import CallModel, Compact, Job, Probe, Start, Wait, run_steps
+from ...engine import CallModel, Compact, Job, Probe, Sleep, Start, Wait, run_steps
 from ...errors import LeaseHeld, LeaseLost
 from ...execution import invoke_sync
 from ...fencing import LeaseGuard
@@ -275,6 +275,8 @@ class SimProcess:
                 elif isinstance(operation, Compact):
                     assert agent.compaction is not None
                     reply = agent.compaction.compact(session.state, agent.model)
+                elif isinstance(operation, Sleep):
+                    clock.sleep(operation.seconds)  # the world's virtual time moves on meanwhile
                 else:
                     reply = []
             except Exception as exc:
