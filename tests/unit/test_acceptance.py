@@ -35,9 +35,11 @@ from unbroken import (
     codec,
     open_store,
     paging,
+    segment_read,
     tool,
     usage,
 )
+from unbroken.codec import Segment
 from unbroken.model import ToolSpec
 from unbroken.state import JSONValue, ToolResult
 
@@ -218,7 +220,28 @@ def test_accept_and_the_typed_segment_parse_agree_with_the_record_shape(
     typed = acceptance.accept_segment(b"[" + body + b"]")
     if type(record.get("fields")) is not dict and "fields" in record and fits({**record, "fields": {}}, 1):
         return  # a sealed segment's fields are raw text until the fold reads them (and checks they are an object)
-    assert (typed is not None) is expected
+    # The typed parse judges the shape only: a segment's seqs and schema version are checked by its
+    # reader (``segment_read.records_of``: the records are the segment's seqs in order, one version).
+    shaped = type(record.get("seq")) is int and type(record.get("v")) is int and fits(record, record["seq"])
+    assert (typed is not None) is shaped
+
+
+@pytest.mark.parametrize(
+    ("seqs", "versions", "read"), [((1, 2), (2, 2), True), ((1, 3), (2, 2), False), ((1, 2), (2, 3), False)]
+)
+def test_a_segment_is_read_only_when_its_records_are_its_seqs_in_order_at_one_version(
+    seqs: tuple[int, int], versions: tuple[int, int], read: bool
+) -> None:
+    """What the typed parse leaves to the segment's reader: the seqs and the schema version."""
+    bodies = (
+        b"["
+        + b",".join(orjson.dumps({**valid_record(seq), "v": v}) for seq, v in zip(seqs, versions, strict=True))
+        + b"]"
+    )
+    index = b"[]"
+    segment = Segment(1, 2, index, bodies, segment_read.seal(index, bodies))
+    assert acceptance.accept_segment(bodies) is not None  # the shape alone holds every time
+    assert (segment_read.records_of(segment, 1, SCHEMA_VERSION) is not None) is read
 
 
 def valid_fields() -> dict[str, JSONValue]:
