@@ -244,3 +244,48 @@ def test_a_tool_that_outlives_its_cancelled_arun_releases_the_lease_off_the_loop
     asyncio.run(main())
     assert "release_lease" in [name for name, _ in threads.calls]
     assert threads.on_loop() == []
+
+
+def test_a_hook_that_hands_work_to_its_own_one_thread_store_gets_it_done_in_place() -> None:
+    # Under arun a hook runs in the store thread that drives the run. A hook that reaches async
+    # code handing work to the same store (asyncio.run of an integration's method) would wait for
+    # the store's only thread, itself: the call runs in place instead of waiting forever.
+    from unbroken.hooks import RunStarted
+
+    store = InMemoryStore()
+    store.backend.concurrency = 1
+    answers: list[object] = []
+
+    def hook(event: object) -> None:
+        if isinstance(event, RunStarted):
+            try:
+                answers.append(asyncio.run(asyncio.wait_for(off_loop(store, store.exists, event.run_id), 2)))
+            except BaseException as exc:  # a hook's error is only logged: keep it for the assert
+                answers.append(exc)
+
+    agent = _agent(store, [])
+    agent = Agent(model=agent.model, tools=list(agent.tools.values()), store=store, lease_ttl=5, hooks=[hook])
+    assert asyncio.run(agent.arun("charge", run_id="r")).status == "completed"
+    assert answers == [True]  # the run was saved (started) before RunStarted
+
+
+def test_starting_a_run_reads_no_page_of_run_ids_for_a_did_you_mean() -> None:
+    # A new run's first load finds no save (its head holds only the lease just taken): that is no
+    # typo to suggest a near run id for. The suggestion (a page of run ids through difflib, ~10 ms
+    # of Python in a store thread) once ran for every run started: 200 arun starts at once held
+    # the GIL 2 s. A run id without a head still gets it (tests/cli/test_hints.py).
+    store = InMemoryStore()
+    pages: list[object] = []
+    page = store.backend.summaries_page
+
+    def counted(*args: Any) -> Any:
+        pages.append(args)
+        return page(*args)
+
+    store.backend.summaries_page = counted  # type: ignore[method-assign,assignment]
+    agent = _agent(store, [])
+    assert asyncio.run(agent.arun("charge", run_id="r-2")).status == "completed"
+    assert agent.run("charge", run_id="r-3").status == "completed"
+    assert pages == []
+    with pytest.raises(RunNotFound, match="did you mean 'r-3' or 'r-2'"):
+        store.load("r-4")

@@ -256,6 +256,33 @@ def test_an_async_probe_is_awaited(store: Store, driver: str, crash_at: Any) -> 
     assert answer["content"] == "sent to a (found in the outbox)"
 
 
+def test_a_sync_probe_under_arun_runs_off_the_event_loop(store: Store, crash_at: Any) -> None:
+    # A probe asks another system (an outbox, a payments API): a round trip the loop must not wait on.
+    asked_in: list[int] = []
+
+    def outbox(call: ToolCall) -> Found:
+        asked_in.append(threading.get_ident())
+        return Found("sent to a (found in the outbox)")
+
+    @tool(probe=outbox)
+    def send(to: str) -> str:
+        return f"sent to {to}"
+
+    script = [tool_turn(("t1", "send", {"to": "a"})), final_turn()]
+    crash_at("tool.after_execute")
+    with pytest.raises(SimulatedCrash):
+        Agent(model=ScriptedModel(script), tools=[send], store=store).run("t", run_id=RUN)
+    loop_thread: list[int] = []
+
+    async def resume() -> Any:
+        loop_thread.append(threading.get_ident())
+        return await Agent(model=ScriptedModel(script), tools=[send], store=store).aresume(RUN)
+
+    result = asyncio.run(resume())
+    assert result.reconciled == [("t1", "send", "probed")]
+    assert len(asked_in) == 1 and asked_in != loop_thread
+
+
 @DRIVERS
 def test_a_tool_exception_is_logged_with_its_type_and_message_and_its_traceback_at_debug(
     store: Store, driver: str, caplog: pytest.LogCaptureFixture

@@ -340,7 +340,11 @@ class Store:
                 f"run {run_id!r} in {self.url} is queued (submitted, not started yet): a worker on this "
                 "store starts it (`unbroken worker --agent module:attr --until-idle`, with its --store)"
             )
-        return RunNotFound(f"no run {run_id!r} in {self.url}{self._did_you_mean(run_id)}")
+        # A run id with a head (its lease taken, no save yet: a run being started) is no typo, and
+        # the suggestion (a page of run ids through difflib, ~10 ms of Python holding the GIL) is
+        # skipped: every new run's first load lands here, many at once under ``arun``.
+        hint = self._did_you_mean(run_id) if head is None else ""
+        return RunNotFound(f"no run {run_id!r} in {self.url}{hint}")
 
     def _did_you_mean(self, run_id: str) -> str:
         """``; did you mean 'x'?`` naming the stored run ids closest to a mistyped one, from one
