@@ -289,3 +289,20 @@ def test_starting_a_run_reads_no_page_of_run_ids_for_a_did_you_mean() -> None:
     assert pages == []
     with pytest.raises(RunNotFound, match="did you mean 'r-3' or 'r-2'"):
         store.load("r-4")
+
+
+def test_the_hand_off_keeps_no_event_loop_alive() -> None:
+    # Each asyncio.run makes a loop; the hand-off's inbox for a loop must not outlive it.
+    import gc
+    import weakref
+
+    store = InMemoryStore()
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def hand_off() -> int:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        return await off_loop(store, int, "7")
+
+    assert [asyncio.run(hand_off()) for _ in range(3)] == [7, 7, 7]
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None, None]

@@ -134,12 +134,13 @@ _lock = threading.Lock()  # a call's state: a few instructions under it, never a
 
 class _Inbox:
     """The calls ended for one event loop, settled on it in batches: only the call that finds
-    the inbox empty wakes the loop."""
+    the inbox empty wakes the loop. It holds its loop weakly (``_inboxes`` maps the loop to it:
+    a strong reference would keep every loop ``asyncio.run`` ever made alive)."""
 
-    __slots__ = ("__weakref__", "calls", "loop", "scheduled")
+    __slots__ = ("calls", "loop", "scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        self.loop = weakref.ref(loop)
         self.calls: list[StoreCall[Any]] = []
         self.scheduled = False
 
@@ -149,8 +150,11 @@ class _Inbox:
             if self.scheduled:
                 return
             self.scheduled = True
+        loop = self.loop()
+        if loop is None:
+            return  # the loop is gone: nobody waits for the call
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for the call
-            self.loop.call_soon_threadsafe(self.drain)
+            loop.call_soon_threadsafe(self.drain)
 
     def drain(self) -> None:
         with _lock:
