@@ -620,14 +620,14 @@ async def drive_async(hold: AbstractContextManager[RunSession], store: Store) ->
     reply: Any = None
     error: BaseException | None = None
     while True:
-        future, cancelled = await settle(store, functools.partial(context.run, _advance, steps, reply, error))
+        step, cancelled = await settle(store, functools.partial(context.run, _advance, steps, reply, error))
         if cancelled:
-            if session is None and future.cancelled():
+            if session is None and step.cancelled():
                 steps.close()  # cancelled before the run was even opened: nothing to undo
             else:
                 await settle(store, functools.partial(context.run, _unwind, steps, asyncio.CancelledError()))
             raise asyncio.CancelledError
-        kind, value = future.result()
+        kind, value = step.result()
         if kind == "returned":
             return value  # type: ignore[no-any-return]
         if kind == "raised":
