@@ -5,8 +5,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import orjson
+
 from ..acceptance import REFUSED, checksum
-from ..codec import EncodedSave, PackedRecords, Segment, StoredRecord, segment_index
+from ..codec import (
+    SEALED_SEGMENT,
+    EncodedSave,
+    PackedRecords,
+    Segment,
+    StoredRecord,
+    loads,
+    segment_index,
+    segment_seal,
+)
 from ..encryption._cipher import DecryptFailed, RunCipher, is_sealed_record
 from ..state import LedgerEntry
 from ._data_keys import DATA_KEY, KeyRecord
@@ -89,6 +100,53 @@ def open_segment(run: OpenedRun, segment: Segment, text: bool) -> list[StoredRec
         StoredRecord(seq, plain.decode() if text else plain, checksum(plain))
         for (seq, _, _), plain in zip(index, opened, strict=True)
     ]
+
+
+def seal_segment(run: OpenedRun, segment: Segment) -> Segment | None:
+    """``segment`` (a store's pack of this run's sealed records) sealed as one unit instead: each
+    record opened first (bound to its seq: one moved or edited is never sealed anew), then the
+    plaintext segment's index and bodies sealed together. Its clear index keeps what a reader
+    without the key needs (first seq, snapshots) and the sealed index's size. None when one does
+    not open, or is plaintext (a run sealed from a later save): the store packs it as it is."""
+    index = segment_index(segment.index_text, segment.first, segment.last, len(segment.bodies))
+    if index is None or segment.first < run.from_seq:
+        return None
+    opened = run.cipher.open_bodies(segment.bodies, [(seq, length) for seq, _, length in index])
+    if opened is None:
+        return None
+    snapshots = segment.snapshots()
+    inner = orjson.dumps(
+        {
+            "first": segment.first,
+            "checksums": [checksum(body) for body in opened],
+            "lengths": [len(body) for body in opened],
+            "snapshots": snapshots,
+        }
+    )
+    clear = orjson.dumps(
+        {"first": segment.first, "snapshots": snapshots, "sealed": SEALED_SEGMENT, "index_bytes": len(inner)}
+    )
+    bodies = run.cipher.seal_segment(segment.first, segment.last, clear, inner + b"[" + b",".join(opened) + b"]")
+    return Segment(segment.first, segment.last, clear, bodies, segment_seal(clear, bodies))
+
+
+def open_sealed_segment(run: OpenedRun, segment: Segment) -> Segment | str:
+    """The plaintext segment inside a segment sealed as one unit (``seal_segment``: its records
+    with their own checksums, judged by the loader as a plaintext segment's), or why it does not
+    open. Its clear index is sealed with it (associated data): once it opens, it is as written."""
+    try:
+        plain = run.cipher.open_segment(segment.first, segment.last, segment.index_text, segment.bodies)
+    except DecryptFailed as exc:
+        if segment_seal(segment.index_text, segment.bodies) != segment.seal:
+            return "its segment does not match its seal (torn or edited as stored)"
+        return f"its segment does not decrypt ({exc}): moved from another run or position, or edited"
+    try:
+        size = loads(segment.index_text)["index_bytes"]
+    except (ValueError, TypeError, KeyError):
+        size = None
+    if type(size) is not int or not 0 < size < len(plain):  # (sealed so by a writer with the key, not unbroken)
+        return "its segment's index does not read"
+    return Segment(segment.first, segment.last, plain[:size], plain[size:], "")
 
 
 def open_packed(run: OpenedRun, packed: PackedRecords) -> PackedRecords | None:
