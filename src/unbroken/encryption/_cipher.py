@@ -184,7 +184,7 @@ class RunCipher:
         nonce + ciphertext + tag, raw bytes. Checked to open back before it is returned."""
         nonce = os.urandom(NONCE_BYTES)
         aad = self._segment_aad(first, last, index_text)
-        sealed = nonce + self._aead.encrypt(nonce, bodies, aad)
+        sealed: bytes = nonce + self._aead.encrypt(nonce, bodies, aad)
         if self._aead.decrypt(nonce, sealed[NONCE_BYTES:], aad) != bodies:
             raise DecryptFailed(f"segment {first}..{last} does not open back to what was sealed")  # pragma: no cover
         return sealed

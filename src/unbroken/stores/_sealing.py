@@ -114,20 +114,18 @@ def seal_segment(run: OpenedRun, segment: Segment) -> Segment | None:
     opened = run.cipher.open_bodies(segment.bodies, [(seq, length) for seq, _, length in index])
     if opened is None:
         return None
-    snapshots = segment.snapshots()
-    inner = orjson.dumps(
-        {
-            "first": segment.first,
-            "checksums": [checksum(body) for body in opened],
-            "lengths": [len(body) for body in opened],
-            "snapshots": snapshots,
-        }
-    )
-    clear = orjson.dumps(
-        {"first": segment.first, "snapshots": snapshots, "sealed": SEALED_SEGMENT, "index_bytes": len(inner)}
-    )
-    bodies = run.cipher.seal_segment(segment.first, segment.last, clear, inner + b"[" + b",".join(opened) + b"]")
-    return Segment(segment.first, segment.last, clear, bodies, segment_seal(clear, bodies))
+    return seal_bodies(run, segment.first, opened, [checksum(body) for body in opened], segment.snapshots())
+
+
+def seal_bodies(run: OpenedRun, first: int, bodies: list[bytes], checksums: list[str], snapshots: list[int]) -> Segment:
+    """Records ``first..`` (``bodies``, their ``checksums``) sealed as one segment: the plaintext
+    segment's index then its bodies, under a clear index of what a reader without the key needs."""
+    last = first + len(bodies) - 1
+    lengths = [len(body) for body in bodies]
+    inner = orjson.dumps({"first": first, "checksums": checksums, "lengths": lengths, "snapshots": snapshots})
+    clear = orjson.dumps({"first": first, "snapshots": snapshots, "sealed": SEALED_SEGMENT, "index_bytes": len(inner)})
+    sealed = run.cipher.seal_segment(first, last, clear, inner + b"[" + b",".join(bodies) + b"]")
+    return Segment(first, last, clear, sealed, segment_seal(clear, sealed))
 
 
 def open_sealed_segment(run: OpenedRun, segment: Segment) -> Segment | str:
