@@ -128,9 +128,36 @@ def seal_bodies(run: OpenedRun, first: int, bodies: list[bytes], checksums: list
     return Segment(first, last, clear, sealed, segment_seal(clear, sealed))
 
 
+def open_sealed_records(run: OpenedRun, segment: Segment, text: bool) -> list[StoredRecord] | str:
+    """The records of a segment sealed as one unit (``seal_segment``), each with its checksum
+    from the sealed index (judged by the loader as a plaintext segment's records are), or why it
+    does not open. Sliced out of the one decrypted buffer (no copy of the segment's bodies)."""
+    opened = _open_unit(run, segment)
+    if isinstance(opened, str):
+        return opened
+    plain, size = opened
+    index = segment_index(plain[:size], segment.first, segment.last, len(plain) - size)
+    if index is None:  # (sealed so by a writer with the key, not by unbroken)
+        return "its segment's sealed index does not read or does not fit its bodies"
+    view, offset, records = memoryview(plain), size + 1, []
+    for seq, check, length in index:
+        part = view[offset : offset + length]
+        records.append(StoredRecord(seq, str(part, "utf-8", "replace") if text else bytes(part), check))
+        offset += length + 1
+    return records
+
+
 def open_sealed_segment(run: OpenedRun, segment: Segment) -> Segment | str:
-    """The plaintext segment inside a segment sealed as one unit (``seal_segment``: its records
-    with their own checksums, judged by the loader as a plaintext segment's), or why it does not
+    """The plaintext segment inside a segment sealed as one unit, or why it does not open."""
+    opened = _open_unit(run, segment)
+    if isinstance(opened, str):
+        return opened
+    plain, size = opened
+    return Segment(segment.first, segment.last, plain[:size], plain[size:], "")
+
+
+def _open_unit(run: OpenedRun, segment: Segment) -> tuple[bytes, int] | str:
+    """A sealed segment's plaintext and the size of the index it starts with, or why it does not
     open. Its clear index is sealed with it (associated data): once it opens, it is as written."""
     try:
         plain = run.cipher.open_segment(segment.first, segment.last, segment.index_text, segment.bodies)
@@ -144,7 +171,7 @@ def open_sealed_segment(run: OpenedRun, segment: Segment) -> Segment | str:
         size = None
     if type(size) is not int or not 0 < size < len(plain):  # (sealed so by a writer with the key, not unbroken)
         return "its segment's index does not read"
-    return Segment(segment.first, segment.last, plain[:size], plain[size:], "")
+    return plain, size
 
 
 def open_packed(run: OpenedRun, packed: PackedRecords) -> PackedRecords | None:

@@ -39,7 +39,7 @@ from ._sealing import (
     OpenedRun,
     open_packed,
     open_record,
-    open_sealed_segment,
+    open_sealed_records,
     open_segment,
     refused,
     seal_entry,
@@ -246,14 +246,11 @@ class EncryptedBackend(Backend):
         try:
             for item in records:
                 if type(item) is Segment and run is not None and item.sealed:
-                    unit = open_sealed_segment(run, item)
+                    unit = open_sealed_records(run, item, text)
                     if isinstance(unit, str) and not refreshed:  # (a data key cached before an erase: as below)
                         run, refreshed = self._run(run_id, fresh=True), True
-                        unit = unit if run is None else open_sealed_segment(run, item)
-                    if isinstance(unit, str):
-                        yield from (refused(record, unit) for record in item.records())
-                    else:
-                        yield from unit.records() if not text else map(_as_text, unit.records())
+                        unit = unit if run is None else open_sealed_records(run, item, text)
+                    yield from (refused(record, unit) for record in item.records()) if isinstance(unit, str) else unit
                     continue
                 if type(item) is Segment and run is not None:
                     fast = open_segment(run, item, text)  # (all opened in one loop: the common case)
