@@ -54,7 +54,8 @@ class EncryptionCost:
             f"process, store open + load: {(self.plain_open + self.plain_load) * 1e3:.1f} ms plain, "
             f"{(self.sealed_open + self.sealed_load) * 1e3:.1f} ms encrypted ({self.resume_ratio:.2f}x); the load "
             f"alone {self.plain_load * 1e3:.1f} ms / {self.sealed_load * 1e3:.1f} ms "
-            f"({self.sealed_load / self.plain_load:.2f}x: pyca's import, then every record opened); CPU time of "
+            f"({self.sealed_load / self.plain_load:.2f}x: pyca's import, then each segment and newer record opened); "
+            f"CPU time of "
             f"open + load {self.plain_cpu * 1e3:.1f} ms / {self.sealed_cpu * 1e3:.1f} ms ({self.cpu_ratio:.2f}x)"
         ]
 

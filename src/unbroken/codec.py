@@ -241,6 +241,11 @@ class PackedRecords(Frozen):
         return values
 
 
+SEALED_SEGMENT = "A256GCM-segment-v1"
+"""A segment's index ``"sealed"``: its records are sealed as one unit under their run's data key
+(``stores.encrypted``; docs/format.md, "Segments"), its bodies nonce + ciphertext + tag."""
+
+
 class Segment(Plain):
     """Save records ``first..last`` that a store packed together once they were no longer recent
     (docs/format.md, "Segments"): ``bodies`` is ``b"[" + body_1 + b"," + ... + body_n + b"]"``,
@@ -264,7 +269,12 @@ class Segment(Plain):
 
     def records(self) -> list[StoredRecord]:
         """The records one by one, each with its own checksum (the careful path). An index that
-        does not read, or does not fit the bodies, makes every record of the segment damaged."""
+        does not read, or does not fit the bodies, makes every record of the segment damaged.
+        A segment sealed as one unit (``SEALED_SEGMENT``) gives, read without its run's key, each
+        record as a sealed stub (``EncryptionKeyMissing`` when accepted, as a sealed record is)."""
+        if self.sealed:
+            stub = b'{"enc":"A256GCM","segment":[%d,%d]}' % (self.first, self.last)
+            return [StoredRecord(seq, stub, checksum(stub)) for seq in range(self.first, self.last + 1)]
         index = segment_index(self.index_text, self.first, self.last, len(self.bodies))
         if index is None:
             return [StoredRecord(seq, b"", "damaged segment index") for seq in range(self.first, self.last + 1)]
@@ -273,6 +283,17 @@ class Segment(Plain):
             records.append(StoredRecord(seq, bytes(view[offset : offset + length]), check))
             offset += length + 1
         return records
+
+    @property
+    def sealed(self) -> bool:
+        """Whether its records are sealed as one unit (its index says ``SEALED_SEGMENT``)."""
+        if b'"sealed"' not in self.index_text:  # (the common case without a parse)
+            return False
+        try:
+            value = loads(self.index_text)
+        except ValueError:
+            return False
+        return type(value) is dict and value.get("sealed") == SEALED_SEGMENT
 
     def snapshots(self) -> list[int]:
         """The seqs of the snapshot records in it, from its index (none if the index is damaged)."""

@@ -7,6 +7,11 @@ belongs, so sealed bytes moved anywhere else do not open:
   a snapshot record, kept clear so a store finds the newest snapshot without the key), where
   HEX is nonce (12 bytes) + ciphertext + tag in hex, and the associated data is
   ``unbroken record`` NUL run id NUL seq NUL snapshot flag (0 or 1);
+* a segment of save records ``first..last`` packed by a store (SQLite), as one unit: its bodies
+  (``[body,body,...]``, raw bytes: nonce + ciphertext + tag), associated data ``unbroken
+  segment`` NUL run id NUL first NUL last NUL the segment's clear index (first, lengths,
+  snapshots, and ``codec.SEALED_SEGMENT``, the format's version), so a resume makes one AES-GCM
+  call a segment instead of one a record;
 * a text (a ledger result, the task in a listing): ``SEALED_PREFIX`` + base64 of nonce +
   ciphertext + tag, associated data ``unbroken`` kind NUL run id NUL position (the ledger key;
   0 for the task).
@@ -170,6 +175,28 @@ class RunCipher:
         except Exception:  # not hex, InvalidTag, anything else: the careful path names it
             return None
         return opened
+
+    def _segment_aad(self, first: int, last: int, index_text: bytes) -> bytes:
+        return b"unbroken segment\x00%s\x00%d\x00%d\x00%s" % (self._run, first, last, index_text)
+
+    def seal_segment(self, first: int, last: int, index_text: bytes, bodies: bytes) -> bytes:
+        """``bodies`` (records ``first..last``, described by ``index_text``) sealed as one unit:
+        nonce + ciphertext + tag, raw bytes. Checked to open back before it is returned."""
+        nonce = os.urandom(NONCE_BYTES)
+        aad = self._segment_aad(first, last, index_text)
+        sealed: bytes = nonce + self._aead.encrypt(nonce, bodies, aad)
+        if self._aead.decrypt(nonce, sealed[NONCE_BYTES:], aad) != bodies:
+            raise DecryptFailed(f"segment {first}..{last} does not open back to what was sealed")  # pragma: no cover
+        return sealed
+
+    def open_segment(self, first: int, last: int, index_text: bytes, sealed: bytes) -> bytes:
+        """The bodies ``seal_segment`` sealed as records ``first..last`` of this run with
+        ``index_text``: one AES-GCM call for the whole segment."""
+        if len(sealed) < NONCE_BYTES + 16:
+            raise DecryptFailed("sealed segment is too short")
+        view = memoryview(sealed)
+        aad = self._segment_aad(first, last, index_text)
+        return self._aead.decrypt(view[:NONCE_BYTES], view[NONCE_BYTES:], aad)  # type: ignore[no-any-return]
 
     def _text_aad(self, kind: str, position: str) -> bytes:
         return b"unbroken " + kind.encode() + b"\x00" + self._run + b"\x00" + position.encode()

@@ -16,9 +16,10 @@ user's key.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .. import clock
+from .._plain import Frozen
 from ..errors import CorruptCheckpoint, EncryptionKeyMissing, UnbrokenError
 from ..state import JSONValue, LedgerEntry, ToolResult
 from .backend import Backend, SealedEntry, entry_checksum, seal
@@ -29,14 +30,20 @@ DATA_KEY = "unbroken.data-key"
 TOOL = "unbroken.encryption"
 
 
-@dataclass(frozen=True)
-class KeyRecord:
-    """What the reserved entry says: the wrapped data key and the first sealed save."""
+class KeyRecord(Frozen):
+    """What the reserved entry says: the wrapped data key and the first sealed save. (A plain
+    class, not a dataclass: a resume of an encrypted run imports it before its first record.)"""
 
+    __slots__ = ("envelope", "from_seq", "plain_entries")
     envelope: dict[str, JSONValue]
     from_seq: int
     plain_entries: bool
     """Whether ledger results in clear may be in the run (written before its data key was made)."""
+
+    def __init__(self, envelope: dict[str, JSONValue], from_seq: int, plain_entries: bool) -> None:
+        object.__setattr__(self, "envelope", envelope)
+        object.__setattr__(self, "from_seq", from_seq)
+        object.__setattr__(self, "plain_entries", plain_entries)
 
     def text(self) -> str:
         value = {"wrapped": self.envelope, "from_seq": self.from_seq, "plain_entries": self.plain_entries}
@@ -69,7 +76,7 @@ def key_entry(run_id: str, record: KeyRecord) -> SealedEntry:
 def rewrapped(sealed: SealedEntry, envelope: dict[str, JSONValue]) -> SealedEntry:
     """The same reserved entry with a new envelope (rotation): the data key inside is the same."""
     record = read_key_entry(sealed.entry.run_id, sealed)
-    result = ToolResult(call_id="", content=replace(record, envelope=envelope).text())
+    result = ToolResult(call_id="", content=record.replace(envelope=envelope).text())
     return seal(replace(sealed.entry, result=result, updated_at=clock.wall()))
 
 

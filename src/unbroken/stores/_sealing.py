@@ -5,8 +5,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import orjson
+
 from ..acceptance import REFUSED, checksum
-from ..codec import EncodedSave, PackedRecords, Segment, StoredRecord, segment_index
+from ..codec import (
+    SEALED_SEGMENT,
+    EncodedSave,
+    PackedRecords,
+    Segment,
+    StoredRecord,
+    loads,
+    segment_index,
+    segment_seal,
+)
 from ..encryption._cipher import DecryptFailed, RunCipher, is_sealed_record
 from ..state import LedgerEntry
 from ._data_keys import DATA_KEY, KeyRecord
@@ -89,6 +100,78 @@ def open_segment(run: OpenedRun, segment: Segment, text: bool) -> list[StoredRec
         StoredRecord(seq, plain.decode() if text else plain, checksum(plain))
         for (seq, _, _), plain in zip(index, opened, strict=True)
     ]
+
+
+def seal_segment(run: OpenedRun, segment: Segment) -> Segment | None:
+    """``segment`` (a store's pack of this run's sealed records) sealed as one unit instead: each
+    record opened first (bound to its seq: one moved or edited is never sealed anew), then the
+    plaintext segment's index and bodies sealed together. Its clear index keeps what a reader
+    without the key needs (first seq, snapshots) and the sealed index's size. None when one does
+    not open, or is plaintext (a run sealed from a later save): the store packs it as it is."""
+    index = segment_index(segment.index_text, segment.first, segment.last, len(segment.bodies))
+    if index is None or segment.first < run.from_seq:
+        return None
+    opened = run.cipher.open_bodies(segment.bodies, [(seq, length) for seq, _, length in index])
+    if opened is None:
+        return None
+    return seal_bodies(run, segment.first, opened, [checksum(body) for body in opened], segment.snapshots())
+
+
+def seal_bodies(run: OpenedRun, first: int, bodies: list[bytes], checksums: list[str], snapshots: list[int]) -> Segment:
+    """Records ``first..`` (``bodies``, their ``checksums``) sealed as one segment: the plaintext
+    segment's index then its bodies, under a clear index of what a reader without the key needs."""
+    last = first + len(bodies) - 1
+    lengths = [len(body) for body in bodies]
+    inner = orjson.dumps({"first": first, "checksums": checksums, "lengths": lengths, "snapshots": snapshots})
+    clear = orjson.dumps({"first": first, "snapshots": snapshots, "sealed": SEALED_SEGMENT, "index_bytes": len(inner)})
+    sealed = run.cipher.seal_segment(first, last, clear, inner + b"[" + b",".join(bodies) + b"]")
+    return Segment(first, last, clear, sealed, segment_seal(clear, sealed))
+
+
+def open_sealed_records(run: OpenedRun, segment: Segment, text: bool) -> list[StoredRecord] | str:
+    """The records of a segment sealed as one unit (``seal_segment``), each with its checksum
+    from the sealed index (judged by the loader as a plaintext segment's records are), or why it
+    does not open. Sliced out of the one decrypted buffer (no copy of the segment's bodies)."""
+    opened = _open_unit(run, segment)
+    if isinstance(opened, str):
+        return opened
+    plain, size = opened
+    index = segment_index(plain[:size], segment.first, segment.last, len(plain) - size)
+    if index is None:  # (sealed so by a writer with the key, not by unbroken)
+        return "its segment's sealed index does not read or does not fit its bodies"
+    view, offset, records = memoryview(plain), size + 1, []
+    for seq, check, length in index:
+        part = view[offset : offset + length]
+        records.append(StoredRecord(seq, str(part, "utf-8", "replace") if text else bytes(part), check))
+        offset += length + 1
+    return records
+
+
+def open_sealed_segment(run: OpenedRun, segment: Segment) -> Segment | str:
+    """The plaintext segment inside a segment sealed as one unit, or why it does not open."""
+    opened = _open_unit(run, segment)
+    if isinstance(opened, str):
+        return opened
+    plain, size = opened
+    return Segment(segment.first, segment.last, plain[:size], plain[size:], "")
+
+
+def _open_unit(run: OpenedRun, segment: Segment) -> tuple[bytes, int] | str:
+    """A sealed segment's plaintext and the size of the index it starts with, or why it does not
+    open. Its clear index is sealed with it (associated data): once it opens, it is as written."""
+    try:
+        plain = run.cipher.open_segment(segment.first, segment.last, segment.index_text, segment.bodies)
+    except DecryptFailed as exc:
+        if segment_seal(segment.index_text, segment.bodies) != segment.seal:
+            return "its segment does not match its seal (torn or edited as stored)"
+        return f"its segment does not decrypt ({exc}): moved from another run or position, or edited"
+    try:
+        size = loads(segment.index_text)["index_bytes"]
+    except (ValueError, TypeError, KeyError):
+        size = None
+    if type(size) is not int or not 0 < size < len(plain):  # (sealed so by a writer with the key, not unbroken)
+        return "its segment's index does not read"
+    return plain, size
 
 
 def open_packed(run: OpenedRun, packed: PackedRecords) -> PackedRecords | None:

@@ -19,6 +19,7 @@ import sqlite3
 
 from .. import crashpoints
 from ..codec import Segment, StoredRecord, pack_records
+from .backend import SegmentSealer
 
 COLUMNS = "first_seq, last_seq, idx, seal, bodies"
 """A segment row's columns, in the order ``Segment`` takes them (the run id aside)."""
@@ -35,10 +36,18 @@ while packing failed) is caught up a few segments every ``keep_recent`` saves, n
 long transaction."""
 
 
-def pack(conn: sqlite3.Connection, run_id: str, head_seq: int, keep_recent: int, pack_batch: int) -> int:
+def pack(
+    conn: sqlite3.Connection,
+    run_id: str,
+    head_seq: int,
+    keep_recent: int,
+    pack_batch: int,
+    sealer: SegmentSealer | None = None,
+) -> int:
     """Pack the oldest loose records of the run, ``pack_batch`` to a segment, while more than
     ``keep_recent`` would stay loose after the run's save ``head_seq`` (at most
-    ``MAX_SEGMENTS_A_PACK`` segments). Returns how many records were packed."""
+    ``MAX_SEGMENTS_A_PACK`` segments); ``sealer`` (an encrypted store's) seals each segment as one
+    unit where it can. Returns how many records were packed."""
     packed = 0
     for _ in range(MAX_SEGMENTS_A_PACK):
         (low,) = conn.execute("SELECT min(seq) FROM unbroken_records WHERE run_id=?", (run_id,)).fetchone()
@@ -53,6 +62,8 @@ def pack(conn: sqlite3.Connection, run_id: str, head_seq: int, keep_recent: int,
         if result is None:
             return packed  # the oldest loose record is damaged: it stays as it is, and so does the rest
         segment, _ = result
+        if sealer is not None:
+            segment = sealer.seal_segment(run_id, segment) or segment
         conn.execute(
             f"INSERT INTO unbroken_segments (run_id, {COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
             (run_id, segment.first, segment.last, segment.index_text, segment.seal, segment.bodies),

@@ -395,6 +395,24 @@ class SegmentReads(Protocol):
     def iter_load_pieces(self, run_id: str) -> Iterable[StoredRecord | Segment]: ...
 
 
+class SegmentSealer(Protocol):
+    """Seals a segment a store has packed as one unit (``stores.encrypted``), or None: packed as it is."""
+
+    def seal_segment(self, run_id: str, segment: Segment) -> Segment | None: ...
+
+
+@runtime_checkable
+class SealableSegments(Protocol):
+    """The backend packs older records into segments (``SegmentReads``) and lets a sealer turn
+    each into one sealed unit before it is written (``seal_segments_with``); its ranged reads
+    hand such segments over whole (``pieces_between``: segments and loose records, seq order,
+    one consistent read; ``upto_seq`` None for no bound), for the sealer's store to open."""
+
+    def seal_segments_with(self, sealer: SegmentSealer) -> None: ...
+
+    def pieces_between(self, run_id: str, after_seq: int, upto_seq: int | None) -> list[StoredRecord | Segment]: ...
+
+
 @runtime_checkable
 class PackedReads(Protocol):
     """Fast path: every record body in one buffer (None: no records)."""

@@ -518,15 +518,25 @@ class Store:
     def ledger_gc(self, older_than: float) -> int:
         """Delete ledger entries last updated before ``older_than`` (a Unix time) that belong
         to finished runs; never those of a run that is still live. Returns how many."""
+        rows, kept = self._ledger_as_stored()
         removed = 0
-        for summary in self.backend.list_summaries():
+        for summary in rows.list_summaries():
             if summary.phase not in TERMINAL_PHASES:
                 continue
-            doomed = [s.entry.key for s in self.backend.list_entries(summary.run_id) if s.entry.updated_at < older_than]
+            doomed = [
+                s.entry.key
+                for s in rows.list_entries(summary.run_id)
+                if s.entry.updated_at < older_than and s.entry.key not in kept
+            ]
             if doomed:
-                self.backend.delete_entries(summary.run_id, doomed)
+                rows.delete_entries(summary.run_id, doomed)
                 removed += len(doomed)
         return removed
+
+    def _ledger_as_stored(self) -> tuple[Backend, frozenset[str]]:
+        """Where ``ledger_gc`` reads and deletes the rows, and the ledger keys it never collects
+        (a hook: an encrypted store's rows as stored, its data key entries kept)."""
+        return self.backend, frozenset()
 
     # ------------------------------------------------------------------ leases
 

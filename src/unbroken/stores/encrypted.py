@@ -33,9 +33,20 @@ from ..codec import EncodedSave, PackedRecords, Segment, StoredRecord
 from ..encryption import KeyProvider
 from ..encryption._cipher import DecryptFailed, RunCipher, is_sealed_text, new_data_key
 from ..errors import EncryptionKeyMissing, UnbrokenError, WrongEncryptionKey
-from ..state import TERMINAL_PHASES, RunSummary, check_run_id
+from ..state import RunSummary, check_run_id
 from ._data_keys import DATA_KEY, KeyRecord, key_entry, read_key_entry, rewrapped
-from ._sealing import OpenedRun, open_packed, open_record, open_segment, seal_entry, seal_save, seal_task
+from ._sealing import (
+    OpenedRun,
+    open_packed,
+    open_record,
+    open_sealed_records,
+    open_segment,
+    refused,
+    seal_entry,
+    seal_save,
+    seal_segment,
+    seal_task,
+)
 from .backend import (
     Backend,
     ClaimedRun,
@@ -43,6 +54,7 @@ from .backend import (
     Queue,
     QueueBackend,
     RunHead,
+    SealableSegments,
     SealedEntry,
     ServerCheck,
     Submission,
@@ -53,6 +65,14 @@ from .base import Store
 
 CACHED_RUNS = 1024
 """Data keys kept unwrapped in memory (most recently used runs): bounded, however many runs."""
+
+
+def _as_text(record: StoredRecord) -> StoredRecord:
+    """``record`` with its body as str, as ``records_after`` gives bodies (invalid UTF-8, which
+    no intact record holds, replaced: its checksum then fails)."""
+    if type(record.body) is bytes:
+        record.body = record.body.decode("utf-8", errors="replace")
+    return record
 
 
 class EncryptedBackend(Backend):
@@ -72,6 +92,9 @@ class EncryptedBackend(Backend):
         self._server = inner.backend if isinstance(inner.backend, ServerCheck) else None
         self._runs: OrderedDict[str, OpenedRun] = OrderedDict()
         self._lock = threading.Lock()
+        self._sealable = inner.backend if isinstance(inner.backend, SealableSegments) else None
+        if self._sealable is not None:
+            self._sealable.seal_segments_with(self)  # its packs of this store's runs: one sealed unit each
 
     # ------------------------------------------------------------------ data keys
 
@@ -222,6 +245,13 @@ class EncryptedBackend(Backend):
         refreshed = False
         try:
             for item in records:
+                if type(item) is Segment and run is not None and item.sealed:
+                    unit = open_sealed_records(run, item, text)
+                    if isinstance(unit, str) and not refreshed:  # (a data key cached before an erase: as below)
+                        run, refreshed = self._run(run_id, fresh=True), True
+                        unit = unit if run is None else open_sealed_records(run, item, text)
+                    yield from (refused(record, unit) for record in item.records()) if isinstance(unit, str) else unit
+                    continue
                 if type(item) is Segment and run is not None:
                     fast = open_segment(run, item, text)  # (all opened in one loop: the common case)
                     if fast is not None:
@@ -257,10 +287,31 @@ class EncryptedBackend(Backend):
         self.inner.replace_records(run_id, sealed, expect_seq=expect_seq, fence=fence)
 
     def records_after(self, run_id: str, after_seq: int = 0) -> list[StoredRecord]:
+        if self._sealable is not None:
+            return self._records_in(run_id, self._sealable.pieces_between(run_id, after_seq, None), after_seq, None)
         return list(self._open_records(run_id, self.inner.records_after(run_id, after_seq), text=True))
 
     def records_between(self, run_id: str, after_seq: int, upto_seq: int) -> list[StoredRecord]:
+        if self._sealable is not None:
+            pieces = self._sealable.pieces_between(run_id, after_seq, upto_seq)
+            return self._records_in(run_id, pieces, after_seq, upto_seq)
         return list(self._open_records(run_id, self.inner.records_between(run_id, after_seq, upto_seq), text=True))
+
+    def _records_in(
+        self, run_id: str, pieces: list[StoredRecord | Segment], after_seq: int, upto_seq: int | None
+    ) -> list[StoredRecord]:
+        """The records of ``pieces`` (whole segments: a sealed one opens only whole) opened, those
+        with ``after_seq`` < seq (<= ``upto_seq``), bodies as text (as ``records_after`` gives them)."""
+        top = upto_seq if upto_seq is not None else float("inf")
+        return [_as_text(r) for r in self._open_records(run_id, pieces, text=True) if after_seq < r.seq <= top]
+
+    def seal_segment(self, run_id: str, segment: Segment) -> Segment | None:
+        """``SegmentSealer`` for the inner store's packs: ``segment`` sealed as one unit under the
+        run's data key, if it is in memory already (the save just made put it there; no store
+        read inside the store's write); None (packed as it is) otherwise."""
+        with self._lock:
+            run = self._runs.get(run_id)
+        return None if run is None else seal_segment(run, segment)
 
     def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int:
         return self.outer.newest_snapshot(run_id, upto_seq)  # the flag stays clear (the envelope's "snapshot")
@@ -294,24 +345,6 @@ class EncryptedBackend(Backend):
         # The clear rows, and that one run's task opened: never every run's data key unwrapped.
         row = next((row for row in self.inner.list_summaries() if row.run_id == run_id), None)
         return default if row is None else self._open_summary(row).task
-
-    def ledger_gc_as_stored(self, older_than: float) -> int:
-        """``Store.ledger_gc`` on the rows as stored (phases and ``updated_at`` are clear): no
-        run's data key is unwrapped, no result opened, and a run's data key entry is never
-        collected (only ``remove_run`` destroys it)."""
-        removed = 0
-        for summary in self.inner.list_summaries():
-            if summary.phase not in TERMINAL_PHASES:
-                continue
-            doomed = [
-                s.entry.key
-                for s in self.inner.list_entries(summary.run_id)
-                if s.entry.key != DATA_KEY and s.entry.updated_at < older_than
-            ]
-            if doomed:
-                self.inner.delete_entries(summary.run_id, doomed)
-                removed += len(doomed)
-        return removed
 
     def _open_summary(self, row: RunSummary) -> RunSummary:
         return row if not is_sealed_text(row.task) else replace(row, task=self._open_task(row.run_id, row.task))
@@ -472,10 +505,10 @@ class EncryptedStore(Store):
     def _saved_task(self, run_id: str, default: str) -> str:
         return self.backend.saved_task(run_id, default)  # that one run's task opened, no other run's key
 
-    def ledger_gc(self, older_than: float) -> int:
-        """``Store.ledger_gc`` on the rows as stored (``EncryptedBackend.ledger_gc_as_stored``):
-        no run's data key unwrapped, and a run's data key entry never collected."""
-        return self.backend.ledger_gc_as_stored(older_than)
+    def _ledger_as_stored(self) -> tuple[Backend, frozenset[str]]:
+        # The inner rows (phases and ``updated_at`` are clear): no run's data key unwrapped, no
+        # result opened; a run's data key entry is never collected (only ``remove_run`` destroys it).
+        return self.backend.inner, frozenset({DATA_KEY})
 
 
 __all__ = ["CACHED_RUNS", "DATA_KEY", "EncryptedBackend", "EncryptedStore"]

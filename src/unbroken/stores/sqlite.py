@@ -40,7 +40,7 @@ from . import _sqlite_segments as _segments
 from ._boot_lease_clock import BootLeaseClock
 from ._durable import PRIVATE_FILE_MODE, create_file
 from ._rows import ledger_from_row, ledger_to_row
-from .backend import QueueBackend, Reach, Refused, RunHead, SealedEntry, Submission
+from .backend import QueueBackend, Reach, Refused, RunHead, SealedEntry, SegmentSealer, Submission
 from .base import Store
 
 STORE_SCHEMA = 7
@@ -94,6 +94,7 @@ class SQLiteBackend(QueueBackend):
                 f"{pack_batch!r}); the defaults are {KEEP_RECENT} and {PACK_BATCH}"
             )
         self.keep_recent, self.pack_batch = keep_recent, pack_batch
+        self._sealer: SegmentSealer | None = None  # (an encrypted store's: ``SealableSegments``)
         self.path = Path(path)
         self.durability = "power_loss" if durability == "full" else "process_crash"
         self.sync_level = durability
@@ -352,7 +353,7 @@ class SQLiteBackend(QueueBackend):
             with self._write() as conn:
                 self._fenced(conn, run_id, fence)
                 crashpoints.hit("sqlite.pack.before")
-                _segments.pack(conn, run_id, seq, self.keep_recent, self.pack_batch)
+                _segments.pack(conn, run_id, seq, self.keep_recent, self.pack_batch, self._sealer)
         except (Refused, StoreUnavailable, CorruptCheckpoint):
             return
 
@@ -412,26 +413,33 @@ class SQLiteBackend(QueueBackend):
                 conn.execute("COMMIT")
 
     def records_after(self, run_id: str, after_seq: int = 0) -> list[StoredRecord]:
-        with self._reading() as conn:
-            records = _segments.expanded(_segments.segments_from(conn, run_id, after_seq), after_seq, text=True)
-            rows = conn.execute(
-                "SELECT seq, body, checksum FROM unbroken_records WHERE run_id=? AND seq>? ORDER BY seq",
-                (run_id, after_seq),
-            ).fetchall()
-        return records + [StoredRecord(seq, body, checksum) for seq, body, checksum in rows]
+        return self._expanded(self.pieces_between(run_id, after_seq, None), after_seq, None)
 
     def records_between(self, run_id: str, after_seq: int, upto_seq: int) -> list[StoredRecord]:
+        return self._expanded(self.pieces_between(run_id, after_seq, upto_seq), after_seq, upto_seq)
+
+    @staticmethod
+    def _expanded(pieces: list[StoredRecord | Segment], after_seq: int, upto_seq: int | None) -> list[StoredRecord]:
+        segments = [piece for piece in pieces if type(piece) is Segment]
+        loose = [piece for piece in pieces if type(piece) is StoredRecord]
+        return _segments.expanded(segments, after_seq, upto_seq, text=True) + loose
+
+    def pieces_between(self, run_id: str, after_seq: int, upto_seq: int | None) -> list[StoredRecord | Segment]:
         # Bounded: range searches on the UNIQUE (run_id, seq) index and the segments' key
         # (EXPLAIN QUERY PLAN: SEARCH, tests/contract/test_paging_bounded.py).
-        upto = min(upto_seq, _MAX_SEQ)
+        upto = _MAX_SEQ if upto_seq is None else min(upto_seq, _MAX_SEQ)
         with self._reading() as conn:
-            packed = _segments.segments_between(conn, run_id, after_seq, upto)
-            records = _segments.expanded(packed, after_seq, upto, text=True)
+            segments = _segments.segments_between(conn, run_id, after_seq, None if upto_seq is None else upto)
+            pieces: list[StoredRecord | Segment] = list(segments)
             rows = conn.execute(
                 "SELECT seq, body, checksum FROM unbroken_records WHERE run_id=? AND seq>? AND seq<=? ORDER BY seq",
                 (run_id, after_seq, upto),
             ).fetchall()
-        return records + [StoredRecord(seq, body, checksum) for seq, body, checksum in rows]
+        pieces += [StoredRecord(seq, body, checksum) for seq, body, checksum in rows]
+        return pieces
+
+    def seal_segments_with(self, sealer: SegmentSealer) -> None:
+        self._sealer = sealer
 
     def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int:
         # Walks the (run_id, seq) index back from upto_seq to the first snapshot row: about
