@@ -161,3 +161,37 @@ def test_a_file_upgraded_in_place_has_the_schema_of_a_new_file(tmp_path: Path) -
     SQLiteStore(fresh).close()
     assert schema_of(upgraded) == schema_of(fresh)
     assert query(fresh, "PRAGMA index_list(unbroken_records)") == []  # one b-tree: the save writes no index
+
+
+def test_no_read_or_delete_of_records_scans_the_table(tmp_path: Path) -> None:
+    """Every statement the store runs on ``unbroken_records`` (saves, packs, every read, a rewrite, a
+    delete) searches the integer key: ``WHERE run_id = ?`` alone would still answer, by a scan of
+    every run's records, so a query written that way is caught here."""
+    store = SQLiteStore(tmp_path / "runs.db", keep_recent=4, pack_batch=8)
+    statements: list[str] = []
+    try:
+        store.backend.conn.set_trace_callback(statements.append)
+        writer = RunWriter(store, "r")
+        for step in range(1, 41):
+            writer.turn(step)
+        RunWriter(store, "other").turn(1)
+        assert store.load("r") == writer.state
+        assert store.decode("r").state == writer.state
+        assert [record.seq for record in store.records_since("r", 30)] == list(range(31, 41))
+        assert [record.seq for record in store.records_in("r", 10, 20)] == list(range(11, 21))
+        store.newest_snapshot("r", 39)
+        store.history("r")
+        store.delete_run("other")
+        store.backend.conn.set_trace_callback(None)
+    finally:
+        store.close()
+    reads = {sql for sql in statements if "unbroken_records" in sql and not sql.lstrip().upper().startswith("INSERT")}
+    assert len(reads) >= 5
+    conn = sqlite3.connect(tmp_path / "runs.db")
+    try:
+        for sql in reads:
+            plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+            assert not [step for step in plan if step.startswith("SCAN")], (sql, plan)
+            assert [step for step in plan if "USING INTEGER PRIMARY KEY" in step], (sql, plan)
+    finally:
+        conn.close()
