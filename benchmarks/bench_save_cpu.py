@@ -8,11 +8,16 @@ points A and B, and inside it ``Encoder.encode`` and ``Store.append``. Prints me
 Wall-clock time on a shared 2-core VM swings 2x; thread CPU time moves a few percent.
 ``--task-bytes``: a task of that many characters (quotes and newlines in it), as a long brief or
 a compacted run's summary is: a small field that every save holds and few change.
+``--frames``: also count the WAL pages each timed save writes (the store's automatic checkpoint
+off, so the WAL only grows; packing included), beside a bare INSERT of the same 2.4 KB into a
+WAL file of its own: a figure that, unlike time, does not move with the machine's load.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -28,13 +33,37 @@ from unbroken import Agent, open_store
 from unbroken.codec import Encoder
 from unbroken.session import RunSession
 
+WAL_FRAME = 4096 + 24  # a page and its frame header (the store's and the floor's page size)
 
-def one_round(turns: int, directory: Path, index: int, task: str = workload.TASK) -> dict[str, float]:
+
+def bare_insert_frames(directory: Path, saves: int) -> list[int]:
+    """WAL pages each autocommitted INSERT of the benchmark's 2.4 KB row writes (the floor's)."""
+    path = directory / "floor-frames.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE saves (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+    body = " ".join(str(m) for m in workload.history(1)[1:])[:2400]
+    frames = []
+    for _ in range(saves):
+        before = os.path.getsize(f"{path}-wal")
+        conn.execute("INSERT INTO saves (body) VALUES (?)", (body,))
+        frames.append((os.path.getsize(f"{path}-wal") - before) // WAL_FRAME)
+    conn.close()
+    return frames
+
+
+def one_round(
+    turns: int, directory: Path, index: int, task: str = workload.TASK, *, frames: bool = False
+) -> dict[str, float]:
     cpu = time.thread_time_ns
-    parts: dict[str, list[int]] = {"save": [], "encode": [], "append": []}
+    parts: dict[str, list[int]] = {"save": [], "encode": [], "append": [], "frames": []}
     inside = [False]
     real_save, real_encode = RunSession.save, Encoder.encode
     store = open_store(f"sqlite:///{directory}/cpu-{index}.db?durability=normal")
+    wal = f"{directory}/cpu-{index}.db-wal"
+    if frames:
+        store.backend.conn.execute("PRAGMA wal_autocheckpoint=0")  # type: ignore[attr-defined]
     real_append = type(store).append
 
     def timed(name: str, real: Any) -> Any:
@@ -54,12 +83,15 @@ def one_round(turns: int, directory: Path, index: int, task: str = workload.TASK
             real_save(session, label, **kwargs)
             return
         inside[0] = True
+        wal_before = os.path.getsize(wal) if frames else 0
         started = cpu()
         try:
             real_save(session, label, **kwargs)
         finally:
             parts["save"].append(cpu() - started)
             inside[0] = False
+            if frames:
+                parts["frames"].append((os.path.getsize(wal) - wal_before) // WAL_FRAME)
 
     RunSession.save = timed_save  # type: ignore[method-assign,assignment]
     Encoder.encode = timed("encode", real_encode)  # type: ignore[method-assign]
@@ -74,7 +106,11 @@ def one_round(turns: int, directory: Path, index: int, task: str = workload.TASK
         store.close()
     if result.status != "completed":
         raise RuntimeError(f"the run ended {result.status}")
-    return {name: statistics.median(samples) / 1e3 for name, samples in parts.items()}
+    figures = {name: statistics.median(samples) / 1e3 for name, samples in parts.items() if name != "frames"}
+    if frames:
+        figures["frames_mean"] = statistics.fmean(parts["frames"])
+        figures["frames_median"] = statistics.median(parts["frames"])
+    return figures
 
 
 def main() -> None:
@@ -82,6 +118,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--task-bytes", type=int, default=0, help="a task this long (default: the workload's)")
+    parser.add_argument("--frames", action="store_true", help="also count the WAL pages of each save")
     args = parser.parse_args()
     task = workload.TASK
     if args.task_bytes:
@@ -89,12 +126,19 @@ def main() -> None:
         task = task[: args.task_bytes]
     with tempfile.TemporaryDirectory(prefix="unbroken-save-cpu-") as directory:
         for index in range(args.rounds):
-            figures = one_round(args.turns, Path(directory), index, task)
+            figures = one_round(args.turns, Path(directory), index, task, frames=args.frames)
             rest = figures["save"] - figures["encode"] - figures["append"]
             print(
                 f"round {index + 1}: save {figures['save']:.1f} us (encode {figures['encode']:.1f}, "
                 f"append {figures['append']:.1f}, rest ~{rest:.1f}); thread CPU, medians of {2 * args.turns}"
             )
+            if args.frames:
+                floor = bare_insert_frames(Path(directory), 2 * args.turns)
+                print(
+                    f"  WAL pages a save: mean {figures['frames_mean']:.2f} (packing included), median "
+                    f"{figures['frames_median']:.0f}; a bare INSERT of 2.4 KB: mean {statistics.fmean(floor):.2f}, "
+                    f"median {statistics.median(floor):.0f}"
+                )
 
 
 if __name__ == "__main__":

@@ -70,20 +70,20 @@ def variants(workdir: Path, bodies: list[str]) -> dict[str, Callable[[int], None
 
     one, old, bare, api = store("one.db"), store("old.db"), store("bare.db"), store("api.db")
     api_tx = store("api_tx.db")
-    api_tx._append_one = lambda *_: False  # type: ignore[method-assign]  # its transaction path
+    api_tx.backend._append_one = lambda *_: False  # type: ignore[method-assign]  # its transaction path
 
     def one_statement(i: int) -> None:
-        one.conn.execute(sqlite_store._APPEND, (*params(i), i, 1, *summary(i)))
+        one.backend.conn.execute(sqlite_store._APPEND, (*params(i), i, 1, *summary(i)))
 
     def transaction(i: int) -> None:
-        conn = old.conn
+        conn = old.backend.conn
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(OLD_UPDATE, (i + 1, *summary(i), "r", i, 1, 1))
         conn.execute(INSERT, params(i))
         conn.execute("COMMIT")
 
     def insert_only(i: int) -> None:
-        bare.conn.execute(INSERT, params(i))
+        bare.backend.conn.execute(INSERT, params(i))
 
     def encoded(i: int) -> EncodedSave:
         task, phase, turns, tokens, updated = summary(i)
@@ -289,7 +289,7 @@ def count_frames(workdir: Path, name: str, layout: Layout | None, bodies: list[s
         conn.close()
         return Frames(frames, 0, os.path.getsize(path), os.path.getsize(path), len(body) * saves)
     store = LayoutStore(path, layout, synchronous="OFF")
-    store.backend.conn.execute("PRAGMA wal_autocheckpoint=0")
+    store.conn.execute("PRAGMA wal_autocheckpoint=0")
     frame_bytes = layout.page_size + 24
     frames, pack_frames, body_bytes = [], 0, 0
     for i in range(saves):

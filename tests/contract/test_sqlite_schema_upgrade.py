@@ -50,7 +50,7 @@ def test_a_schema_2_file_is_upgraded_in_place_and_its_runs_continue(tmp_path: Pa
     store = open_store(f"sqlite:///{path}?durability={durability}")
     assert isinstance(store, SQLiteStore)
     try:
-        assert meta_schema(path) == str(STORE_SCHEMA) == "7"
+        assert meta_schema(path) == str(STORE_SCHEMA) == "8"
         assert {row.run_id: row.turns for row in store.list_runs()} == {"leased-run": 5, "free-run": 2}
         state = store.load("leased-run")
         assert (state.save_seq, state.turns, len(state.messages)) == (5, 5, 5)
@@ -130,7 +130,7 @@ def test_a_schema_3_file_is_upgraded_and_its_long_run_is_packed_as_it_goes_on(tm
     assert meta_schema(path) == "3"
     store = SQLiteStore(path, keep_recent=32, pack_batch=64)
     try:
-        assert meta_schema(path) == "7"
+        assert meta_schema(path) == "8"
         with sqlite3.connect(path) as conn:  # schema 6: the queue's page index
             assert conn.execute("SELECT 1 FROM sqlite_master WHERE name='unbroken_queue_order'").fetchone()
         conn.close()
@@ -194,7 +194,7 @@ def test_a_schema_4_file_gets_its_ledger_keyed_by_run_and_keeps_every_entry(tmp_
     assert meta_schema(path) == "4" and ledger_key_columns(path) == ["key"]
     store = SQLiteStore(path, keep_recent=8, pack_batch=16)
     try:
-        assert meta_schema(path) == "7" and ledger_key_columns(path) == ["run_id", "key"]
+        assert meta_schema(path) == "8" and ledger_key_columns(path) == ["run_id", "key"]
         packed = store.ledger_list("packed-run")  # checksums checked: the rows were copied unchanged
         assert [(e.key, e.status) for e in packed] == [("ub_shared_key", "succeeded"), ("ub_claimed_key", "pending")]
         assert packed[0].result is not None and packed[0].result.content == "charged 5"
@@ -238,7 +238,7 @@ def test_a_schema_6_file_gets_the_ledger_fence_column_and_keeps_every_entry(tmp_
     assert meta_schema(path) == "6" and "lease_fence" not in ledger_columns(path)
     store = SQLiteStore(path)
     try:
-        assert meta_schema(path) == "7" and ledger_columns(path)[-1] == "lease_fence"
+        assert meta_schema(path) == "8" and ledger_columns(path)[-1] == "lease_fence"
         old = store.ledger_list("v6-run")  # checksums checked: an entry without a fence hashes as before
         assert [(e.key, e.status, e.fence) for e in old] == [
             ("ub_done_key", "succeeded", None),

@@ -69,10 +69,14 @@ def test_a_sealed_run_in_segments_copied_under_another_run_id_fails_to_load(tmp_
     url = f"sqlite:///{db}{PACKED}"
     run(url, "r1", "alpha", "beta", "gamma")
     run(url, "r2", "alpha", "beta", "gamma")
-    for table in ("unbroken_records", "unbroken_segments"):
+    # (store schema 8 keys a loose record by its run's number: run_no * 2^32 + seq)
+    r2_key = "(SELECT run_no FROM unbroken_runs WHERE run_id='r2') * 4294967296 + seq"
+    for table, keyed in (("unbroken_records", {"key": r2_key}), ("unbroken_segments", {})):
         _sqlite(db, f"DELETE FROM {table} WHERE run_id='r2'")
-        columns = ", ".join(str(row[1]) for row in _sqlite(db, f"PRAGMA table_info({table})") if row[1] != "run_id")
-        _sqlite(db, f"INSERT INTO {table} (run_id, {columns}) SELECT 'r2', {columns} FROM {table} WHERE run_id='r1'")
+        names = [str(row[1]) for row in _sqlite(db, f"PRAGMA table_info({table})") if row[1] != "run_id"]
+        values = ", ".join(keyed.get(name, name) for name in names)
+        columns = ", ".join(names)
+        _sqlite(db, f"INSERT INTO {table} (run_id, {columns}) SELECT 'r2', {values} FROM {table} WHERE run_id='r1'")
     with open_store(url, encryption=KEYS) as store:
         assert isinstance(store, EncryptedStore)
         key = store.inner.backend.get_entry("r1", DATA_KEY)

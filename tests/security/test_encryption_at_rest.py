@@ -99,11 +99,14 @@ def test_a_sealed_run_copied_under_another_run_id_fails_to_load(tmp_path: Path) 
     run(url, "r1", "alpha", "beta")
     run(url, "r2", "alpha", "beta")
     _sqlite(db, "DELETE FROM unbroken_records WHERE run_id='r2'")
-    columns = ", ".join(str(row[1]) for row in _sqlite(db, "PRAGMA table_info(unbroken_records)") if row[1] != "run_id")
+    copied = ("run_id", "key")  # (store schema 8 keys a record by its run's number: run_no * 2^32 + seq)
+    names = [str(row[1]) for row in _sqlite(db, "PRAGMA table_info(unbroken_records)")]
+    columns = ", ".join(name for name in names if name not in copied)
     _sqlite(
         db,
-        f"INSERT INTO unbroken_records (run_id, {columns}) "
-        f"SELECT 'r2', {columns} FROM unbroken_records WHERE run_id='r1'",
+        f"INSERT INTO unbroken_records (key, run_id, {columns}) "
+        f"SELECT (SELECT run_no FROM unbroken_runs WHERE run_id='r2') * 4294967296 + seq, 'r2', {columns} "
+        "FROM unbroken_records WHERE run_id='r1'",
     )
     with open_store(url, encryption=KEYS) as store:
         assert isinstance(store, EncryptedStore)

@@ -30,6 +30,34 @@ def _segment(row: tuple[int, int, bytes, str, bytes]) -> Segment:
     return Segment(first, last, bytes(idx), bytes(bodies), seal)
 
 
+MAX_SEQ = 2**32 - 1
+"""The largest seq a run can hold: a record's key is run_no * 2^32 + seq (store schema 8)."""
+RUN_RECORDS = (
+    "unbroken_runs u JOIN unbroken_records r ON r.key > u.run_no * 4294967296 + ? "
+    "AND r.key <= u.run_no * 4294967296 + ? WHERE u.run_id = ?"
+)
+"""The loose records of one run with ``after`` < seq <= ``upto`` (parameters ``after, upto,
+run_id``, each 0 to ``MAX_SEQ``): the run's row by its key, then one range search on the
+records' integer key (store schema 8: key = run_no * 2^32 + seq)."""
+
+
+def records_base(conn: sqlite3.Connection, run_id: str) -> int | None:
+    """run_no * 2^32 for the run (its records' keys are this + seq); None: no numbered run."""
+    row = conn.execute("SELECT run_no FROM unbroken_runs WHERE run_id=?", (run_id,)).fetchone()
+    return int(row[0]) << 32 if row is not None and row[0] > 0 else None
+
+
+def lowest_loose(conn: sqlite3.Connection, run_id: str, base: int | None = None) -> int | None:
+    """The seq of the run's oldest loose record (None: none), one probe of the integer key."""
+    base = records_base(conn, run_id) if base is None else base
+    if base is None:
+        return None
+    (low,) = conn.execute(
+        "SELECT min(key) FROM unbroken_records WHERE key > ? AND key <= ?", (base, base + MAX_SEQ)
+    ).fetchone()
+    return None if low is None else int(low) - base
+
+
 MAX_SEGMENTS_A_PACK = 4
 """Segments one pack makes at most: a run that a store schema 3 file holds unpacked (or one saved
 while packing failed) is caught up a few segments every ``keep_recent`` saves, never in one
@@ -49,14 +77,16 @@ def pack(
     ``MAX_SEGMENTS_A_PACK`` segments); ``sealer`` (an encrypted store's) seals each segment as one
     unit where it can. Returns how many records were packed."""
     packed = 0
+    base = records_base(conn, run_id)
+    if base is None:
+        return packed
     for _ in range(MAX_SEGMENTS_A_PACK):
-        (low,) = conn.execute("SELECT min(seq) FROM unbroken_records WHERE run_id=?", (run_id,)).fetchone()
+        low = lowest_loose(conn, run_id, base)
         if low is None or low + pack_batch - 1 > head_seq - keep_recent:
             return packed
         rows = conn.execute(
-            "SELECT seq, CAST(body AS BLOB), checksum FROM unbroken_records WHERE run_id=? AND seq>=? AND seq<? "
-            "ORDER BY seq",
-            (run_id, low, low + pack_batch),
+            "SELECT seq, CAST(body AS BLOB), checksum FROM unbroken_records WHERE key >= ? AND key < ? ORDER BY key",
+            (base + low, base + low + pack_batch),
         ).fetchall()
         result = pack_records([StoredRecord(seq, body, check) for seq, body, check in rows])
         if result is None:
@@ -70,7 +100,7 @@ def pack(
         )
         crashpoints.hit("sqlite.pack.segment_written")  # (a kill here rolls the whole pack back)
         conn.execute(
-            "DELETE FROM unbroken_records WHERE run_id=? AND seq>=? AND seq<=?", (run_id, segment.first, segment.last)
+            "DELETE FROM unbroken_records WHERE key >= ? AND key <= ?", (base + segment.first, base + segment.last)
         )
         packed += segment.last - segment.first + 1
         if segment.last - segment.first + 1 < len(rows) or len(rows) < pack_batch:

@@ -43,8 +43,9 @@ from ._rows import ledger_from_row, ledger_to_row
 from .backend import QueueBackend, Reach, Refused, RunHead, SealedEntry, SegmentSealer, Submission
 from .base import Store
 
-STORE_SCHEMA = 7
-"""7: unbroken_effects.lease_fence (the fence an attempt started under);
+STORE_SCHEMA = 8
+"""8: unbroken_records keyed by one integer (run_no * 2^32 + seq);
+7: unbroken_effects.lease_fence (the fence an attempt started under);
 6: unbroken_queue_order (queued runs read a page at a time); 5: ledger keyed by (run_id, key);
 4: unbroken_segments (older records packed); 3: the unbroken_append view; 2: ledger checksums."""
 BUSY_TIMEOUT_MS = 10_000
@@ -53,7 +54,7 @@ PAGE_SIZE = 4096
 # turns): 1024 makes a save ~4% of a bare commit cheaper (smaller WAL frames) and the file 24%
 # smaller, but reading the run ~35% slower (more pages per record): 4096 keeps the load fast.
 DURABILITY = {"full": "FULL", "normal": "NORMAL"}
-_MAX_SEQ = 2**63 - 1  # SQLite's largest integer: "no upper bound" for a seq
+_MAX_SEQ = _segments.MAX_SEQ
 KEEP_RECENT = 32
 """The most recent save points of a run always stay one row each in ``unbroken_records``."""
 PACK_BATCH = 256
@@ -196,6 +197,9 @@ class SQLiteBackend(QueueBackend):
                     conn.execute(statement)
             if 0 < version < 7:
                 conn.execute("ALTER TABLE unbroken_effects ADD COLUMN lease_fence INTEGER")
+            if 0 < version < 8:
+                for statement in _statements(sql_files.joinpath("sqlite_records_by_key.sql").read_text()):
+                    conn.execute(statement)
             if version < STORE_SCHEMA:
                 for statement in _statements(schema):
                     conn.execute(statement)
@@ -283,9 +287,10 @@ class SQLiteBackend(QueueBackend):
     def swap_head(self, run_id: str, expected: RunHead | None, new: RunHead) -> bool:
         with self._write() as conn:
             if expected is None:
+                _number_next_run(conn)
                 cur = conn.execute(
-                    "INSERT OR IGNORE INTO unbroken_runs (run_id, head_seq, fence, owner, lease_expires) "
-                    "VALUES (?, ?, ?, ?, ?)",
+                    "INSERT OR IGNORE INTO unbroken_runs (run_id, head_seq, fence, owner, lease_expires, run_no) "
+                    f"VALUES (?, ?, ?, ?, ?, {_NEXT_RUN_NO})",
                     (run_id, new.seq, new.fence, new.owner, new.expires_at),
                 )
             else:
@@ -311,9 +316,10 @@ class SQLiteBackend(QueueBackend):
         if cur.rowcount == 1:
             return
         if expect_seq == 0 and not fence:
+            _number_next_run(conn)
             cur = conn.execute(
-                "INSERT OR IGNORE INTO unbroken_runs (head_seq, task, phase, turns, tokens_used, updated_at, run_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO unbroken_runs (head_seq, task, phase, turns, tokens_used, updated_at, run_id, "
+                f"run_no) VALUES (?, ?, ?, ?, ?, ?, ?, {_NEXT_RUN_NO})",
                 (*values, run_id),
             )
             if cur.rowcount == 1:
@@ -321,10 +327,15 @@ class SQLiteBackend(QueueBackend):
         raise Refused
 
     def _insert_record(self, conn: sqlite3.Connection, save: EncodedSave) -> None:
-        conn.execute(
-            "INSERT INTO unbroken_records (run_id, seq, label, snapshot, body, checksum) VALUES (?, ?, ?, ?, ?, ?)",
-            (save.run_id, save.seq, save.label, int(save.snapshot), save.body, save.checksum),
+        if not 0 < save.seq <= _MAX_SEQ:
+            raise ValueError(f"a SQLite store holds saves 1 to {_MAX_SEQ} of a run, not {save.seq}")
+        cur = conn.execute(
+            "INSERT INTO unbroken_records (key, run_id, seq, label, snapshot, checksum, body) "
+            "SELECT run_no * 4294967296 + ?, run_id, ?, ?, ?, ?, ? FROM unbroken_runs WHERE run_id=? AND run_no > 0",
+            (save.seq, save.seq, save.label, int(save.snapshot), save.checksum, save.body, save.run_id),
         )
+        if cur.rowcount != 1:  # (the caller moved the head of this very row in this transaction)
+            raise StoreUnavailable(f"SQLite store {self.path}: run {save.run_id!r} has no run number")
 
     def write_record(
         self, save: EncodedSave, entries: Sequence[SealedEntry], *, expect_seq: int, fence: int | None
@@ -347,7 +358,8 @@ class SQLiteBackend(QueueBackend):
             return
         try:
             # Asked first without the write lock (one index probe): most checks find nothing to pack.
-            (low,) = self._read("SELECT min(seq) FROM unbroken_records WHERE run_id=?", (run_id,))[0]
+            with self._reading() as conn:
+                low = _segments.lowest_loose(conn, run_id)
             if low is None or low + self.pack_batch - 1 > seq - self.keep_recent:
                 return
             with self._write() as conn:
@@ -390,7 +402,7 @@ class SQLiteBackend(QueueBackend):
     def replace_records(self, run_id: str, saves: Sequence[EncodedSave], *, expect_seq: int, fence: int | None) -> None:
         with self._write() as conn:
             self._advance(conn, run_id, saves[-1], expect_seq, fence)
-            conn.execute("DELETE FROM unbroken_records WHERE run_id=?", (run_id,))
+            _delete_records(conn, run_id)
             conn.execute("DELETE FROM unbroken_segments WHERE run_id=?", (run_id,))
             for save in saves:
                 self._insert_record(conn, save)
@@ -425,15 +437,15 @@ class SQLiteBackend(QueueBackend):
         return _segments.expanded(segments, after_seq, upto_seq, text=True) + loose
 
     def pieces_between(self, run_id: str, after_seq: int, upto_seq: int | None) -> list[StoredRecord | Segment]:
-        # Bounded: range searches on the UNIQUE (run_id, seq) index and the segments' key
+        # Bounded: a range search on the records' integer key and the segments' key
         # (EXPLAIN QUERY PLAN: SEARCH, tests/contract/test_paging_bounded.py).
         upto = _MAX_SEQ if upto_seq is None else min(upto_seq, _MAX_SEQ)
         with self._reading() as conn:
             segments = _segments.segments_between(conn, run_id, after_seq, None if upto_seq is None else upto)
             pieces: list[StoredRecord | Segment] = list(segments)
             rows = conn.execute(
-                "SELECT seq, body, checksum FROM unbroken_records WHERE run_id=? AND seq>? AND seq<=? ORDER BY seq",
-                (run_id, after_seq, upto),
+                f"SELECT r.seq, r.body, r.checksum FROM {_RUN_RECORDS} ORDER BY r.key",
+                (max(after_seq, 0), max(upto, 0), run_id),
             ).fetchall()
         pieces += [StoredRecord(seq, body, checksum) for seq, body, checksum in rows]
         return pieces
@@ -442,14 +454,14 @@ class SQLiteBackend(QueueBackend):
         self._sealer = sealer
 
     def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int:
-        # Walks the (run_id, seq) index back from upto_seq to the first snapshot row: about
-        # snapshot_every rows, never a body (the snapshot column comes before it in the row);
+        # Walks the records' key back from upto_seq to the first snapshot row: about
+        # snapshot_every rows, never a body's overflow (the snapshot column comes before it);
         # then, if the loose rows hold none, the index of one segment at a time, newest first.
         upto = _MAX_SEQ if upto_seq is None else min(upto_seq, _MAX_SEQ)
         with self._reading() as conn:
             rows = conn.execute(
-                "SELECT seq FROM unbroken_records WHERE run_id=? AND seq<=? AND snapshot=1 ORDER BY seq DESC LIMIT 1",
-                (run_id, upto),
+                f"SELECT r.seq FROM {_RUN_RECORDS} AND r.snapshot=1 ORDER BY r.key DESC LIMIT 1",
+                (0, max(upto, 0), run_id),
             ).fetchall()
             return int(rows[0][0]) if rows else _segments.newest_snapshot(conn, run_id, upto)
 
@@ -479,7 +491,8 @@ class SQLiteBackend(QueueBackend):
                 for first, last, idx, seal, bodies in segment_rows:
                     yield Segment(first, last, bytes(idx), bytes(bodies), seal)
             cursor = conn.execute(
-                "SELECT seq, CAST(body AS BLOB), checksum FROM unbroken_records WHERE run_id=? ORDER BY seq", (run_id,)
+                f"SELECT r.seq, CAST(r.body AS BLOB), r.checksum FROM {_RUN_RECORDS} ORDER BY r.key",
+                (0, _MAX_SEQ, run_id),
             )
             while rows := cursor.fetchmany(256):
                 for seq, body, checksum in rows:
@@ -514,8 +527,8 @@ class SQLiteBackend(QueueBackend):
 
     def remove_run(self, run_id: str) -> None:
         with self._write() as conn:
+            _delete_records(conn, run_id)
             for table in (
-                "unbroken_records",
                 "unbroken_segments",
                 "unbroken_effects",
                 "unbroken_queue",
@@ -648,6 +661,21 @@ _APPEND = (
     "turns, tokens_used, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _REFUSED = "unbroken: refused"  # the trigger's RAISE(ABORT, ...) message (sql/sqlite_schema.sql)
+_RUN_RECORDS = _segments.RUN_RECORDS
+_NEXT_RUN_NO = "(SELECT CAST(value AS INTEGER) FROM unbroken_meta WHERE key = 'last_run_no')"
+"""The number a run row made in this transaction takes, after ``_number_next_run``."""
+
+
+def _number_next_run(conn: sqlite3.Connection) -> None:
+    """Take the next run number (never reused: a record of a deleted run cannot become another's)."""
+    conn.execute("UPDATE unbroken_meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'last_run_no'")
+
+
+def _delete_records(conn: sqlite3.Connection, run_id: str) -> None:
+    """Delete the run's loose records (one range of the integer key), inside the caller's write."""
+    base = _segments.records_base(conn, run_id)
+    if base is not None:
+        conn.execute("DELETE FROM unbroken_records WHERE key > ? AND key <= ?", (base, base + _MAX_SEQ))
 
 
 def _statements(script: str) -> Iterator[str]:
