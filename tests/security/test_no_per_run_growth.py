@@ -50,6 +50,7 @@ def test_a_thousand_short_runs_leave_nothing_behind() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 100,000 runs under tracemalloc: ~300 s on a loaded two-core machine
 def test_a_hundred_thousand_short_runs_with_distinct_ids_leave_nothing_behind() -> None:
     # distinct run ids: the run-id check's cache fills to its bound (4,096 names) in the warm-up
     grown, where = held_after(100_000, warm_up=5_000, distinct_ids=10**9)
