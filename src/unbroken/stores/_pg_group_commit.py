@@ -1,10 +1,12 @@
 """Group commit: the saves that threads of one process make at the same moment share one commit.
 
-A save joins a queue. If no batch is being sent, the saving thread becomes the leader at once
-(nothing waits for company): it takes what is queued, which is just its own save when it is
-alone, and sends it. Saves that arrive while a batch is in flight queue up; when that batch is
-answered, the first of them becomes the next leader and takes the lot. So batches come only from
-concurrency, and a run saving alone is sent as it would be without this module.
+A save joins a queue. If fewer than ``width`` batches are being sent (the store's connections),
+the saving thread becomes a leader at once (nothing waits for company): it takes what is queued,
+which is just its own save when it is alone, and sends it. Saves that arrive while every
+connection has a batch in flight queue up; when a batch is answered, the first of them becomes
+the next leader and takes the lot. So batches come only from more saves at once than
+connections, and a save that finds a connection free is sent as it would be without this module
+(the server then groups the flushes of concurrent commits itself).
 
 One save per run per batch: a second save of the same run depends on the first and stays queued
 for the next batch. A save returns (or raises) only once its batch is answered; the batch's
@@ -54,27 +56,32 @@ Send = Callable[[list[Pending]], None]
 class GroupCommit:
     """Leader/follower queue of saves over one ``send`` (see the module docstring)."""
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, width: int = 1) -> None:
         self._send = send
+        self._width = max(1, width)
         self._lock = threading.Lock()
         self._queue: list[Pending] = []
-        self._leading = False
+        self._leading = 0
+        """Leaders sending a batch now (at most ``width``)."""
         self.batches = 0
         """Batches sent so far (for tests and benchmarks)."""
 
     def submit(self, pending: Pending) -> None:
         """Returns once ``pending`` is answered (``done``) or to be sent alone (``alone``)."""
         with self._lock:
-            self._queue.append(pending)
-            lead = not self._leading
-            self._leading = True
+            lead = self._leading < self._width
+            if lead:
+                self._leading += 1
+                batch = self._take(pending)
+            else:
+                self._queue.append(pending)
         if not lead:
             pending.waiter.acquire()  # woken: answered, or made the next leader
             if pending.done or pending.alone is not None:
                 return
-        batch = self._take()
+            with self._lock:
+                batch = self._take(pending)
         try:
-            self.batches += 1
             self._send(batch)
         except BaseException as exc:
             for other in batch:
@@ -89,18 +96,19 @@ class GroupCommit:
         finally:
             self._hand_over(batch, pending)
 
-    def _take(self) -> list[Pending]:
-        """The leader's batch: the oldest queued save of each run, sorted by run id (so two
-        processes' batches lock the runs they share in the same order)."""
-        with self._lock:
-            batch: dict[str, Pending] = {}
-            rest: list[Pending] = []
-            for item in self._queue:
-                if item.key in batch:
-                    rest.append(item)
-                else:
-                    batch[item.key] = item
-            self._queue = rest
+    def _take(self, leader: Pending) -> list[Pending]:
+        """The batch of ``leader`` (called holding the lock): its own save and the oldest queued
+        save of each other run, sorted by run id (so batches lock the runs they share in one
+        order)."""
+        batch = {leader.key: leader}
+        rest: list[Pending] = []
+        for item in self._queue:
+            if item.key in batch:
+                rest.append(item)
+            else:
+                batch[item.key] = item
+        self._queue = rest
+        self.batches += 1
         return [batch[key] for key in sorted(batch)]
 
     def _hand_over(self, batch: list[Pending], leader: Pending) -> None:
@@ -111,6 +119,6 @@ class GroupCommit:
                 item.waiter.release()
         with self._lock:
             if self._queue:
-                self._queue[0].waiter.release()  # the next leader; _leading stays True
+                self._queue.pop(0).waiter.release()  # the next leader, in this one's place
             else:
-                self._leading = False
+                self._leading -= 1

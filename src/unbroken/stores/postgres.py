@@ -468,7 +468,7 @@ class PostgresBackend(QueueBackend):
             with self._lock:
                 group = self._group
                 if group is None or group[0] != os.getpid():
-                    group = self._group = (os.getpid(), GroupCommit(self._send_batch))
+                    group = self._group = (os.getpid(), GroupCommit(self._send_batch, self.settings.pool_size))
         return group[1]
 
     def _send_batch(self, batch: list[Pending]) -> None:

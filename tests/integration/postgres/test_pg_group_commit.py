@@ -59,7 +59,8 @@ def xmins(schema: str, run_ids: list[str], seq: int) -> set[str]:
 
 @pytest.fixture
 def store(pg_schema: tuple[str, str]) -> Iterator[PostgresStore]:
-    opened = PostgresStore(pg_schema[1])
+    # Two connections: a batch forms when more saves come at once than connections are free.
+    opened = PostgresStore(with_options(pg_schema[1], pool_size="2"))
     yield opened
     opened.close()
 
@@ -96,8 +97,11 @@ def test_threads_saving_at_once_share_commits_and_every_run_loads_whole(
 
 def hold_first_batch(store: PostgresStore, queued: int) -> Callable[[], None]:
     """Make the group's first batch wait until ``queued`` more saves are queued behind it, so
-    they all go in the next batch; returns a function that raises if they never queued."""
+    they all go in the next batch; returns a function that raises if they never queued. The
+    store gets one connection: a second batch would not wait behind the first."""
     backend = store.backend
+    backend.settings = dataclasses.replace(backend.settings, pool_size=1)
+    backend._group = None  # made again, one batch wide
     send = backend._send_batch
     group = backend._group_commit()
     first = threading.Event()
