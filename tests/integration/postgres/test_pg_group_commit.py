@@ -217,7 +217,7 @@ def test_a_save_that_raises_inside_a_batch_fails_alone_and_the_others_are_writte
 def test_sigkill_in_the_middle_of_a_batch_loses_no_acknowledged_save(pg_schema: tuple[str, str]) -> None:
     schema, url = pg_schema
     threads, saves = 8, 40
-    env = {**os.environ, crashpoints.ENV_VAR: "postgres.group_commit:25"}
+    env = {**os.environ, crashpoints.ENV_VAR: "postgres.group_commit:10"}
     env["PYTHONPATH"] = os.pathsep.join([str(CHILD.parent), env.get("PYTHONPATH", "")])
     child = subprocess.run(
         [sys.executable, str(CHILD), with_options(url, pool_size="2"), str(threads), str(saves)],
