@@ -11,8 +11,9 @@ URL options (any other query parameter, such as ``sslmode`` or ``application_nam
   ``synchronous_commit=off`` (``InsufficientDurability``, checked at open and at every lease
   acquisition); ``normal`` accepts it and declares only ``process_crash`` durability.
 * ``group_commit=on|off`` (default ``on``): saves that threads of this process make at the same
-  moment share one transaction and its commit (``_pg_group_commit``, ``_pg_batch``); a save
-  made alone is sent alone, as with ``off``.
+  moment, when every connection already has one in flight, share one transaction and its commit
+  (``_pg_group_commit``, ``_pg_batch``); a save that finds a connection free is sent alone, as
+  with ``off``.
 
 Every statement lives in ``sql/postgres/queries.sql`` and takes its values as bound parameters.
 A save point is one statement (so one atomic write): it advances the run's head only if the head
