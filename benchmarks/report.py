@@ -261,13 +261,17 @@ def targets(results: Results, turns_list: list[int]) -> list[str]:
                     f"target < {SCALE_SECONDS:g} s and < {SCALE_MB:g} MB",
                 )
             )
-    # Issue 24 goal 1: the PostgreSQL fleet against bare INSERTs of the same bytes.
+    # Issue 24 goal 1: the PostgreSQL fleet against bare INSERTs of the same bytes, the runs hosted
+    # as a fleet hosts them (a worker process per core, its runs as threads). One process per run
+    # is printed beside it for information (run.py's text), not judged.
     for runs, fleet in results.fleet.items():
         ratio = fleet.ratio
         out.append(
             _verdict(
                 ratio >= FLEET_TARGET,
-                f"PostgreSQL, {runs} runs saving at once: {statistics.median(fleet.saves):,.0f} save points/s = "
+                f"PostgreSQL, {runs} runs saving at once in {fleet.processes} worker processes "
+                f"({runs // fleet.processes} runs each, as threads): "
+                f"{statistics.median(fleet.workers):,.0f} save points/s = "
                 f"{ratio:.2f}x bare autocommit INSERTs of the same records from {runs} connections "
                 f"({statistics.median(fleet.bare):,.0f}/s; median of {len(fleet.saves)} alternated rounds' ratios); "
                 f"target >= {FLEET_TARGET}x",

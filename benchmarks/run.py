@@ -16,7 +16,8 @@ fresh-process figure is a median alternated with its baseline. Tables:
    (a fresh python that parses the history once with orjson or msgspec and imports nothing
    else: no unbroken), and the resume's peak memory;
 3. a compacted run of 1,000 to 1,000,000 turns resumed (issue 16), against the same floor;
-4. PostgreSQL save points per second with 8 and 32 runs saving at once;
+4. PostgreSQL save points per second with 8 and 32 runs saving at once, hosted in a worker process
+   per core (the goal) and in a process per run (for information);
 5. 200 ``Agent.arun`` runs at once in one process on PostgreSQL: the event loop's lag and the
    save rate against the same runs over processes, and 50 runs with 20 ms added per request
    (``bench_async.py``, which also runs alone).
@@ -29,7 +30,6 @@ import json
 import platform
 import shutil
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_agent
 import bench_crash
 import bench_encryption
+import bench_fleet
 import bench_import
 import bench_peers
 import bench_queue
@@ -217,14 +218,8 @@ def _report_text(results: Results, agent_rows: list[bench_agent.AgentResult], he
     if results.scale:
         out += ["\nA compacted run resumed (issue 16 goal 2):\n", report.scale_table(results.scale)]
     out.append("")
-    for runs, fleet in results.fleet.items():
-        ratios = ", ".join(f"{s / b:.2f}" for s, b in zip(fleet.saves, fleet.bare, strict=True))
-        out.append(
-            f"PostgreSQL, {runs} runs saving at once (one process and connection each, {2 * fleet.turns + 1} saves "
-            f"each): {statistics.median(fleet.saves):,.0f} save points/s; the same record bytes as bare autocommit "
-            f"INSERTs from {runs} connections: {statistics.median(fleet.bare):,.0f}/s (medians of {len(fleet.saves)} "
-            f"alternated rounds; rounds' ratios {ratios})"
-        )
+    for fleet in results.fleet.values():
+        out.append(bench_fleet.describe(fleet))
     for agent in agent_rows:
         out.append(
             f"End-to-end Agent.run ({agent.store}, ScriptedModel, {agent.turns:,} turns): "
@@ -428,7 +423,14 @@ def _write_json(path: Path, results: Results, verdicts: list[str]) -> None:
         "crash": [vars(row) for row in results.crash],
         "scale": [vars(row) for row in results.scale],
         "fleet": {
-            runs: {"saves_per_second": fleet.saves, "bare_inserts_per_second": fleet.bare, "ratio": fleet.ratio}
+            runs: {
+                "worker_processes": fleet.processes,
+                "worker_saves_per_second": fleet.workers,
+                "saves_per_second": fleet.saves,
+                "bare_inserts_per_second": fleet.bare,
+                "ratio": fleet.ratio,
+                "one_process_per_run_ratio": fleet.per_run_ratio,
+            }
             for runs, fleet in results.fleet.items()
         },
         "import": None if results.imports is None else vars(results.imports),

@@ -10,6 +10,10 @@ URL options (any other query parameter, such as ``sslmode`` or ``application_nam
 * ``durability=full|normal`` (default ``full``): ``full`` refuses a server with ``fsync=off`` or
   ``synchronous_commit=off`` (``InsufficientDurability``, checked at open and at every lease
   acquisition); ``normal`` accepts it and declares only ``process_crash`` durability.
+* ``group_commit=on|off`` (default ``on``): saves that threads of this process make at the same
+  moment, when every connection already has one in flight, share one transaction and its commit
+  (``_pg_group_commit``, ``_pg_batch``); a save that finds a connection free is sent alone, as
+  with ``off``.
 
 Every statement lives in ``sql/postgres/queries.sql`` and takes its values as bound parameters.
 A save point is one statement (so one atomic write): it advances the run's head only if the head
@@ -43,6 +47,8 @@ from .. import crashpoints
 from ..codec import EncodedSave, StoredRecord, dumps
 from ..errors import ConcurrentSave, IncompatibleSchema, InvalidStoreURL, StoreUnavailable
 from ..state import Lease, RunSummary
+from ._pg_batch import BatchFailed, send_batch
+from ._pg_group_commit import GroupCommit, Pending
 from ._postgres_settings import check_durability, level_of
 from ._retry import Deadline, retry_until_deadline
 from ._rows import ledger_from_row, ledger_to_row
@@ -56,7 +62,7 @@ DEFAULT_SCHEMA = "public"
 DEFAULT_POOL_SIZE = 4
 DEFAULT_RETRY_FOR = 10.0
 CONNECT_TIMEOUT_S = 5
-_STORE_OPTIONS = frozenset({"schema", "pool_size", "retry_for", "durability"})
+_STORE_OPTIONS = frozenset({"schema", "pool_size", "retry_for", "durability", "group_commit"})
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _MIGRATION_FILE = re.compile(r"(\d{4})_(\w+)\.sql")
 _LEDGER_FIELDS = ("key", "run_id", "call_id", "tool", "args_hash", "status", "attempts", "result")
@@ -169,6 +175,8 @@ class PostgresURL:
     """Host, port, database and user, for messages (never the password)."""
     level: str = "full"
     """What the URL asks of the server (``durability=full|normal``, ``_postgres_settings``)."""
+    group_commit: bool = True
+    """Concurrent saves of this process share a commit (``group_commit=on|off``)."""
 
 
 def parse_url(url: str) -> PostgresURL:
@@ -190,6 +198,9 @@ def parse_url(url: str) -> PostgresURL:
         raise InvalidStoreURL(f"store URL option pool_size or retry_for is not a number: {exc}") from exc
     if pool_size < 1 or not 0 <= retry_for <= 3600:
         raise InvalidStoreURL("store URL needs pool_size >= 1 and retry_for between 0 and 3600 seconds")
+    group_commit = ours.get("group_commit", "on")
+    if group_commit not in ("on", "off"):
+        raise InvalidStoreURL(f"store URL option group_commit is {group_commit!r}: use on or off")
     if not any(key == "connect_timeout" for key, _ in libpq):
         libpq.append(("connect_timeout", str(CONNECT_TIMEOUT_S)))
     scheme = "postgresql" if parts.scheme.lower() in ("postgresql", "postgres") else parts.scheme
@@ -202,7 +213,7 @@ def parse_url(url: str) -> PostgresURL:
     port = parts.port or 5432
     database = parts.path.lstrip("/") or parts.username or "(default)"
     where = f"{host}:{port} database {database!r} user {parts.username or '(default)'!r} schema {schema!r}"
-    return PostgresURL(conninfo, schema, pool_size, retry_for, where, level_of(ours))
+    return PostgresURL(conninfo, schema, pool_size, retry_for, where, level_of(ours), group_commit == "on")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -228,6 +239,7 @@ class PostgresBackend(QueueBackend):
         self._lock = threading.Lock()
         self._pool: ConnectionPool[Conn] | None = None
         self._pid = os.getpid()
+        self._group: tuple[int, GroupCommit] | None = None
         try:
             with psycopg.connect(self.settings.conninfo, autocommit=True) as conn:
                 # The server answers: the pool makes its first connection in the background while
@@ -409,22 +421,76 @@ class PostgresBackend(QueueBackend):
         if entries:  # most saves have none: their statement leaves the ledger out
             statement = _APPEND_WITH_LEDGER
             params["ledger"] = _ledger_json(entries)
+        if not self.settings.group_commit or (expect_seq == 0 and fence is None):
+            self._save_alone(statement, params, save, fence)
+            return
+        pending = Pending(save.run_id, statement, params, save, fence)
+        self._group_commit().submit(pending)
+        if pending.error is not None:
+            raise pending.error
+        if pending.done:
+            if pending.written:
+                return
+            raise Refused
+        self._save_alone(statement, params, save, fence, maybe_written=bool(pending.alone))
+
+    def _save_alone(
+        self,
+        statement: bytes,
+        params: dict[str, Any],
+        save: EncodedSave,
+        fence: int | None,
+        *,
+        maybe_written: bool = False,
+    ) -> None:
+        """One save in its own statement and commit (``maybe_written``: an earlier attempt,
+        a batch, may have committed it)."""
 
         def op(conn: Conn, retried: bool) -> None:
             crashpoints.hit("postgres.before_append")
-            if expect_seq == 0 and fence is None:
+            if params["expect_seq"] == 0 and fence is None:
                 with conn.transaction():  # a brand-new run without a lease: create its row first
                     conn.execute(Q["create_run"], {"run_id": save.run_id})
                     if conn.execute(statement, params).rowcount != 1:
                         raise Refused
                 return
             if _saving_cursor(conn).execute(statement, params).rowcount == 1 or (
-                retried and self._already_written(conn, save, fence)
+                (retried or maybe_written) and self._already_written(conn, save, fence)
             ):
                 return
             raise Refused
 
         self._run(op)
+
+    def _group_commit(self) -> GroupCommit:
+        """This process's group commit (a forked child makes its own: the parent's queue is not its)."""
+        group = self._group
+        if group is None or group[0] != os.getpid():
+            with self._lock:
+                group = self._group
+                if group is None or group[0] != os.getpid():
+                    group = self._group = (os.getpid(), GroupCommit(self._send_batch, self.settings.pool_size))
+        return group[1]
+
+    def _send_batch(self, batch: list[Pending]) -> None:
+        """``GroupCommit``'s sender: a save alone is sent as without group commit (its own
+        statement and commit); several go in one transaction (``_pg_batch``)."""
+        if len(batch) == 1:  # the leader's own save (a batch always holds its leader's)
+            pending = batch[0]
+            try:
+                self._save_alone(pending.statement, pending.params, pending.save, pending.fence)
+                pending.written = True
+            except Refused:
+                pass
+            pending.done = True
+            return
+        try:
+            self._run(
+                lambda conn, retried: send_batch(conn, batch, retried, _saving_cursor(conn), self._already_written)
+            )
+        except BatchFailed:
+            for pending in batch:
+                pending.alone = False  # rolled back whole: each goes again alone, for its own answer
 
     def records_after(self, run_id: str, after_seq: int = 0) -> list[StoredRecord]:
         params = {"run_id": run_id, "after_seq": after_seq}
