@@ -23,7 +23,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Self
 
-from .. import owners
 from ..acceptance import REFUSED
 from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, PackedRecords, Segment, StoredRecord, decode
 from ..errors import (
@@ -666,9 +665,7 @@ class Store:
             for queued in page:
                 head = self.backend.read_head(queued.run_id)
                 now = self.backend.lease_time()
-                holder = head.owner if head is not None else None
-                # a holder alive on this host keeps it, expired or not
-                if claimable(head, now, holder is not None and owners.owner_is_alive(holder)):
+                if claimable(head, now):
                     picked.append((queued, head, now))
                     if len(picked) >= limit:
                         break
