@@ -326,7 +326,14 @@ class Store:
         """Remove the run, its ledger and its lease. Safe to call twice."""
         self.backend.remove_run(check_run_id(run_id))
 
-    def _not_found(self, run_id: str) -> Exception:
+    def why_missing(self, run_id: str) -> RunNotFound | CorruptCheckpoint:
+        """The error telling why ``run_id`` has no save records, as ``load`` would raise it:
+        ``CorruptCheckpoint`` when its head says records were saved (they were lost),
+        ``RunQueued`` when it is queued and not started yet, else ``RunNotFound`` (naming the
+        stored run ids closest to it). Reads the head, and the queue when it has to."""
+        return self._not_found(check_run_id(run_id))
+
+    def _not_found(self, run_id: str) -> RunNotFound | CorruptCheckpoint:
         head = self.backend.read_head(run_id)
         if head is not None and head.seq > 0:
             return CorruptCheckpoint(
