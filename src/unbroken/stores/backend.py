@@ -183,6 +183,12 @@ class Backend(ABC):
     one: its work is CPU under the GIL, and every extra thread doing it makes the event loop wait
     longer for the GIL and the cores (docs/benchmarks.md)."""
 
+    lease_clock_is_store_time: bool = False
+    """``lease_time`` reads the same clock as ``store_time`` (a server's Unix clock: PostgreSQL,
+    Redis), so one reading serves both: a lease acquisition takes the fence's floor
+    (``base.next_fence``) from the reading its expiry is computed from, a round trip less. False
+    (the default, always safe) for a lease clock of its own, such as the boot clock."""
+
     # ------------------------------------------------------------------ head and clock
 
     @abstractmethod

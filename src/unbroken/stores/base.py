@@ -546,7 +546,8 @@ class Store:
             current = head or RunHead()
             if current.owner is not None and current.expires_at > now and current.owner not in (owner, takeover_from):
                 raise LeaseHeld(f"run {run_id!r} is held by {current.owner} for {current.expires_at - now:.1f}s more")
-            new = RunHead(current.seq, next_fence(current.fence, self.backend.store_time()), owner, now + ttl)
+            store_now = now if self.backend.lease_clock_is_store_time else self.backend.store_time()
+            new = RunHead(current.seq, next_fence(current.fence, store_now), owner, now + ttl)
             if self.backend.swap_head(run_id, head, new):
                 return Lease(run_id, owner, new.fence, new.expires_at, previous_fence=current.fence)
         raise StoreUnavailable(f"the lease of run {run_id!r} kept changing under {_CAS_ATTEMPTS} attempts; retry")

@@ -230,6 +230,7 @@ class PostgresBackend(QueueBackend):
 
     reach: Reach = "network"
     durability: Durability = "power_loss"
+    lease_clock_is_store_time = True  # both are the server's clock_timestamp()
 
     def __init__(self, url: str) -> None:
         self.url = url
