@@ -156,8 +156,9 @@ def test_runs_complete_exactly_once_while_workers_are_killed_at_random(fleet: Fl
             break
         progress.check(sum(s.save_seq for s in summaries))  # saves only grow while runs advance
         time.sleep(rng.uniform(0.1, 0.5))
-        # Only a worker that has started working (claimed a run) is killed: on a loaded machine a
-        # replacement may take seconds to start, and killing it before then starves the fleet.
+        # Only a worker that has started (logged "ready": imported, store open) is killed: on a
+        # loaded machine a replacement may take seconds to start, and killing it before then
+        # starves the fleet.
         working = sorted(name for name in live if fleet.events(name))
         if not working:
             continue
@@ -193,7 +194,9 @@ def snapshot(store: PostgresStore, run_id: str) -> tuple[Any, ...]:
 
 def test_a_worker_frozen_past_its_lease_gets_none_of_its_writes_accepted(fleet: Fleet, pg_store: PostgresStore) -> None:
     pg_store.submit("deliver parcel", "frozen")
-    stale = fleet.start("stale", "--until-idle", "--ttl", "1", "--tool-sleep", "3")
+    # Under another host's name: a frozen worker of this host is never taken over (its run
+    # waits for it: the contract's claim tests), so the fence is what stops one from elsewhere.
+    stale = fleet.start("stale", "--until-idle", "--ttl", "1", "--tool-sleep", "3", "--elsewhere")
     fleet.wait_for("stale", "tool_started")
     os.kill(stale.pid, signal.SIGSTOP)
     frozen_at = time.time()
