@@ -1215,6 +1215,8 @@ def _fold(
         if version < oldest:
             oldest = version
         if snapshot:
+            if type(own) is dict and own.get("run_id", run_id) != run_id:  # a snapshot names its run
+                raise ValueError(f"record {_seq_of(record)} is a save of run {own.get('run_id')!r}")
             held.clear()
             calls_from = None
         held.append((record, snapshot, own))

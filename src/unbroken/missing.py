@@ -39,7 +39,7 @@ def check_never_saved(store: Store, run_id: str) -> None:
 def missing_run(store: Store, run_id: str, told: str) -> RunNotFound | RunQueued | CorruptCheckpoint:
     """The error for a path that continues runs and found none: the store's own story when it
     has one (queued, records lost under a head), else ``RunNotFound(told)``."""
-    error = store._not_found(run_id)
+    error = store.why_missing(run_id)
     if isinstance(error, (RunQueued, CorruptCheckpoint)):
         return error
     return RunNotFound(told)

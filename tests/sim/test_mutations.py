@@ -15,8 +15,13 @@ from unbroken.testing.simulate.mutations import MUTATIONS, store_of
 from unbroken.testing.simulate.table import first_failure
 
 SKIP = frozenset(KNOWN_HOLES)
-PINNED: dict[str, str] = {}
-"""Switched-off defences too rare in random schedules for the seed budget, each pinned by a schedule."""
+PINNED: dict[str, str] = {
+    "grace_inheritance": "test_known_holes.test_without_inheritance_the_side_effect_happens_twice",
+}
+"""Switched-off defences too rare in random schedules for the seed budget, each pinned by a
+schedule. grace_inheritance was found at seed 87 until the ``move`` episode joined the
+schedules (it shifts every seed's draw); now not within the first 250 (its takeover-after-a-
+release shape is rare), so its two minimal schedules in test_known_holes show it."""
 
 
 @pytest.mark.parametrize("name", sorted(set(MUTATIONS) - set(PINNED)))

@@ -40,15 +40,30 @@ PRIMITIVES = frozenset(set().union(*map(_methods, DECLARED)) - _methods(Store)) 
 """Every method a backend declares that ``Store`` does not also offer, and ``.backend``."""
 
 
+def _private_names() -> frozenset[str]:
+    from unbroken.stores.memory import InMemoryBackend
+
+    names = set(dir(Store)) | set(vars(Store(InMemoryBackend())))
+    return frozenset(name for name in names if name.startswith("_") and not name.endswith("__"))
+
+
+STORE_PRIVATE = _private_names()
+"""``Store``'s private methods and attributes (``_not_found``, ``_queue``, ...): behind the door."""
+
+
 def offenders(root: Path) -> Iterator[str]:
     """``path:line: .name`` for each use of a primitive in a module of ``root`` outside
-    ``LEFT_OUT`` (a call, or a bound method handed on)."""
+    ``LEFT_OUT`` (a call, or a bound method handed on), and each use of a private name of
+    ``Store`` on anything but ``self`` or ``cls`` (an object's own private names are its own)."""
     for path in sorted(root.rglob("*.py")):
         relative = path.relative_to(root)
         if relative.parts[0] in LEFT_OUT:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-            if isinstance(node, ast.Attribute) and node.attr in PRIMITIVES:
+            if not isinstance(node, ast.Attribute):
+                continue
+            own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if node.attr in PRIMITIVES or (node.attr in STORE_PRIVATE and not own):
                 yield f"{relative}:{node.lineno}: .{node.attr}"
 
 
@@ -73,6 +88,14 @@ def test_the_checker_finds_a_primitive_reached_from_above(tmp_path: Path) -> Non
         "ops.py:2: .backend",
         "window.py:2: .read_head",
     ]
+
+
+def test_the_checker_finds_a_private_store_name_reached_from_above(tmp_path: Path) -> None:
+    (tmp_path / "missing.py").write_text("def f(store, run_id):\n    return store._not_found(run_id)\n")
+    (tmp_path / "worker.py").write_text("def g(store):\n    return store._queue\n")
+    (tmp_path / "engine.py").write_text("class E:\n    def h(self):\n        return self._queue\n")  # its own
+    assert {"_not_found", "_queue"} <= STORE_PRIVATE
+    assert list(offenders(tmp_path)) == ["missing.py:2: ._not_found", "worker.py:2: ._queue"]
 
 
 def test_each_local_store_declares_what_it_did_as_strings(tmp_path: Path) -> None:

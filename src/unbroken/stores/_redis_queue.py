@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 import redis
 
 from ..state import TERMINAL_PHASES, Lease
-from .backend import ClaimedRun, QueueBackend, Submission
+from .backend import ClaimedRun, QueueBackend, RunHead, Submission, claimable
 
 T = TypeVar("T")
 
@@ -161,11 +161,13 @@ class RedisQueue(QueueBackend):
     def claim_in_one_step(
         self, owner: str, ttl: float, *, agent: str | None, limit: int, blocked: frozenset[str]
     ) -> list[ClaimedRun]:
-        """``Store.claim_runnable``'s rule (``OneStepClaim``), a page of the queue at a time, with
-        the phase (not in ``blocked``) and the lease checked in the same script that takes the
-        lease. A run seen finished leaves the queue. Runs whose lease is live by the page's read
-        (on the server's clock, read once) are passed over without a script call: a queue headed
-        by running runs costs a page of reads per 64 of them."""
+        """``Store.claim_runnable``'s rule (``OneStepClaim``), a page of the queue at a time: the
+        rule (``claimable``: a lease free, or expired on the server's clock, read once, and its
+        holder not alive on this host) judges each run's head as the page read it, and the script
+        takes the lease only if that head's holder is still the one judged, with the phase (not in
+        ``blocked``) and the expiry checked again in the same step. A run seen finished leaves the
+        queue. Runs the rule refuses are passed over without a script call: a queue headed by
+        running runs costs a page of reads per 64 of them."""
         script = self._scripts["CLAIM"]
         phases = (",".join(sorted(blocked)), ",".join(sorted(TERMINAL_PHASES)))
         claimed: list[ClaimedRun] = []
@@ -175,14 +177,14 @@ class RedisQueue(QueueBackend):
                 break
             if row.submission is None or (row.seq > 0 and row.phase in blocked - TERMINAL_PHASES):
                 continue  # paused or awaiting a person: the script would refuse it too
-            if row.owner is not None and row.expires > now:
-                continue  # held: the script would refuse it too
+            if not claimable(RunHead(row.seq, 0, row.owner, row.expires), now):
+                continue  # held, or its holder is alive on this host whatever the expiry says
             queued = parse_submission(row.run_id, row.submission, row.submitted_at)
             if agent is not None and queued.agent != agent:
                 continue
             run_id = row.run_id
             keys = [self._key("head", run_id), self._key("queue")]
-            args = [owner, repr(float(ttl)), *phases, run_id]
+            args = [owner, repr(float(ttl)), *phases, run_id, row.owner or ""]
             got = self._call(functools.partial(_run_script, script, keys, args))
             if got:
                 lease = Lease(run_id, owner, int(got[0]), float(got[1]), previous_fence=int(got[2]))

@@ -90,8 +90,11 @@ return false
 """
 
 # KEYS: head, queue. ARGV: owner, ttl, unclaimable phases, finished phases (comma-separated), run
-# id. Claims the run's lease iff its phase is claimable and nobody holds a live lease, on the
-# server's clock, in one step (so a run that finished a moment ago is never claimed again).
+# id, the holder the caller judged ('' = nobody). Claims the run's lease iff its phase is
+# claimable, nobody holds a live lease on the server's clock, and its holder is still the one the
+# caller judged by the claim rule (stores.backend.claimable: a holder alive on this host keeps its
+# run), in one step (so a run that finished a moment ago, or whose lease changed hands since the
+# caller read it, is never claimed).
 # A finished run leaves the queue. The new fence is stores.base.next_fence (one more than the
 # stored one, never below the server's clock in us; doubles hold it exactly). Returns {fence,
 # expires, previous fence} or nil.
@@ -110,6 +113,7 @@ if cur[1] then
         if phase == cur[1] then return false end
     end
 end
+if (cur[2] or '') ~= ARGV[6] then return false end
 if cur[2] and cur[2] ~= '' and tonumber(cur[3] or '0') > now then return false end
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local fence = string.format('%.0f', math.max(tonumber(cur[4] or '0') + 1, floor))

@@ -45,7 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from .. import codec
+from .. import codec, owners
 from ..codec import EncodedSave, PackedRecords, Segment, StoredRecord, checksum, dumps, loads
 from ..state import Lease, LedgerEntry, RunSummary
 
@@ -150,12 +150,18 @@ class ClaimedRun:
     lease: Lease
 
 
-def claimable(head: RunHead | None, now: float, holder_is_alive: bool) -> bool:
-    """The claim rule for one queued run's lease: nobody holds it, or its lease expired on the
-    lease clock (``now``) and its holder is not provably alive on this host. (Its phase is the
-    other half: never one of ``base.UNCLAIMABLE_PHASES``.)"""
+def claimable(head: RunHead | None, now: float) -> bool:
+    """The claim rule for one queued run's lease, written once for every store: nobody holds
+    it, or its lease expired on the lease clock (``now``) and its holder is not provably alive
+    on this host (``owners.owner_is_alive``: a process here that lost its lease may still be
+    acting, frozen or busy, and must not be raced). (Its phase is the other half: never one of
+    ``base.UNCLAIMABLE_PHASES``.) A store claiming in one step (``OneStepClaim``) reads the
+    candidates and their heads in the step that takes the lease and asks this function which
+    ones it may take."""
     current = head or RunHead()
-    return current.owner is None or (current.expires_at <= now and not holder_is_alive)
+    if current.owner is None:
+        return True
+    return current.expires_at <= now and not owners.owner_is_alive(current.owner)
 
 
 class Backend(ABC):
@@ -176,6 +182,12 @@ class Backend(ABC):
     threads would only queue for a connection). One behind one lock (memory, SQLite, files) keeps
     one: its work is CPU under the GIL, and every extra thread doing it makes the event loop wait
     longer for the GIL and the cores (docs/benchmarks.md)."""
+
+    lease_clock_is_store_time: bool = False
+    """``lease_time`` reads the same clock as ``store_time`` (a server's Unix clock: PostgreSQL,
+    Redis), so one reading serves both: a lease acquisition takes the fence's floor
+    (``base.next_fence``) from the reading its expiry is computed from, a round trip less. False
+    (the default, always safe) for a lease clock of its own, such as the boot clock."""
 
     # ------------------------------------------------------------------ head and clock
 
@@ -442,7 +454,9 @@ class OneStepClaim(Protocol):
     """Fast path of ``Store.claim_runnable``: the claim rule (``claimable``, phases not in
     ``blocked``, oldest first, the agent filter, the limit; fence + 1, ``owner`` for ``ttl``)
     applied where each run's phase and lease are read in the same atomic step that takes the
-    lease (one SQL statement, one script, one compare-and-set per run)."""
+    lease (one SQL transaction holding the rows' locks, one script that checks the holder is
+    still the one judged, one compare-and-set per run). ``claimable`` itself is called, never
+    re-stated: it alone asks whether the holder is alive on this host."""
 
     def claim_in_one_step(
         self, owner: str, ttl: float, *, agent: str | None, limit: int, blocked: frozenset[str]

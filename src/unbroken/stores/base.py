@@ -23,7 +23,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Self
 
-from .. import owners
 from ..acceptance import REFUSED
 from ..codec import MIGRATIONS, Decoded, EncodedSave, Migrations, PackedRecords, Segment, StoredRecord, decode
 from ..errors import (
@@ -327,7 +326,14 @@ class Store:
         """Remove the run, its ledger and its lease. Safe to call twice."""
         self.backend.remove_run(check_run_id(run_id))
 
-    def _not_found(self, run_id: str) -> Exception:
+    def why_missing(self, run_id: str) -> RunNotFound | CorruptCheckpoint:
+        """The error telling why ``run_id`` has no save records, as ``load`` would raise it:
+        ``CorruptCheckpoint`` when its head says records were saved (they were lost),
+        ``RunQueued`` when it is queued and not started yet, else ``RunNotFound`` (naming the
+        stored run ids closest to it). Reads the head, and the queue when it has to."""
+        return self._not_found(check_run_id(run_id))
+
+    def _not_found(self, run_id: str) -> RunNotFound | CorruptCheckpoint:
         head = self.backend.read_head(run_id)
         if head is not None and head.seq > 0:
             return CorruptCheckpoint(
@@ -554,7 +560,8 @@ class Store:
             current = head or RunHead()
             if current.owner is not None and current.expires_at > now and current.owner not in (owner, takeover_from):
                 raise LeaseHeld(f"run {run_id!r} is held by {current.owner} for {current.expires_at - now:.1f}s more")
-            new = RunHead(current.seq, next_fence(current.fence, self.backend.store_time()), owner, now + ttl)
+            store_now = now if self.backend.lease_clock_is_store_time else self.backend.store_time()
+            new = RunHead(current.seq, next_fence(current.fence, store_now), owner, now + ttl)
             if self.backend.swap_head(run_id, head, new):
                 return Lease(run_id, owner, new.fence, new.expires_at, previous_fence=current.fence)
         raise StoreUnavailable(f"the lease of run {run_id!r} kept changing under {_CAS_ATTEMPTS} attempts; retry")
@@ -680,9 +687,7 @@ class Store:
             for queued in page:
                 head = self.backend.read_head(queued.run_id)
                 now = self.backend.lease_time()
-                holder = head.owner if head is not None else None
-                # a holder alive on this host keeps it, expired or not
-                if claimable(head, now, holder is not None and owners.owner_is_alive(holder)):
+                if claimable(head, now):
                     picked.append((queued, head, now))
                     if len(picked) >= limit:
                         break

@@ -52,7 +52,18 @@ from ._pg_group_commit import GroupCommit, Pending
 from ._postgres_settings import check_durability, level_of
 from ._retry import Deadline, retry_until_deadline
 from ._rows import ledger_from_row, ledger_to_row
-from .backend import ClaimedRun, Durability, QueueBackend, Reach, Refused, RunHead, SealedEntry, Submission, seal
+from .backend import (
+    ClaimedRun,
+    Durability,
+    QueueBackend,
+    Reach,
+    Refused,
+    RunHead,
+    SealedEntry,
+    Submission,
+    claimable,
+    seal,
+)
 from .base import Store
 
 T = TypeVar("T")
@@ -230,6 +241,7 @@ class PostgresBackend(QueueBackend):
 
     reach: Reach = "network"
     durability: Durability = "power_loss"
+    lease_clock_is_store_time = True  # both are the server's clock_timestamp()
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -640,10 +652,11 @@ class PostgresBackend(QueueBackend):
 
     # ------------------------------------------------------------------ claiming
     # submit is Store.submit over these two primitives (the task rule lives there). The claim is
-    # Store.claim_runnable's fast path (OneStepClaim): one statement, SKIP LOCKED, taking the rule
-    # from base.py (the phases in UNCLAIMABLE_PHASES, a test checks the SQL lists exactly them; the
-    # agent filter; a lease free or expired on the database clock); the contract suite proves it
-    # equivalent to the rule over primitives.
+    # Store.claim_runnable's fast path (OneStepClaim): one transaction, SKIP LOCKED, the phases in
+    # UNCLAIMABLE_PHASES (a test checks the SQL lists exactly them), the agent filter and a lease
+    # free or expired on the database clock in SQL, then the rule itself (backend.claimable, which
+    # also asks whether the holder is alive on this host) over the locked rows; the contract suite
+    # proves it equivalent to the rule over primitives.
 
     def add_submission(self, submission: Submission) -> Submission | None:
         params = {
@@ -695,15 +708,50 @@ class PostgresBackend(QueueBackend):
     def claim_in_one_step(
         self, owner: str, ttl: float, *, agent: str | None, limit: int, blocked: frozenset[str]
     ) -> list[ClaimedRun]:
-        """One statement (``claim_runnable`` in queries.sql): its phase list is ``blocked``
-        (``base.UNCLAIMABLE_PHASES``) written out, as the partial index it claims from needs;
-        a test compares the two."""
-        params = {"owner": owner, "ttl": float(ttl), "agent": agent, "limit": int(limit)}
-        rows = self._run(lambda conn, _: conn.execute(Q["claim_runnable"], params).fetchall())
-        return [
-            ClaimedRun(run_id, task, claimed_for, Lease(run_id, owner, fence, expires, previous_fence=previous))
-            for run_id, task, claimed_for, fence, expires, previous in rows
-        ]
+        """One transaction, two round trips (pipelined): ``claim_candidates`` locks the oldest
+        runnable runs (SKIP LOCKED) and reads their heads on the server's clock, the rule
+        (``claimable``: a holder alive on this host keeps its run) chooses among them, and
+        ``claim_picked`` takes the chosen leases before the locks go. The SQL's phase list is
+        ``blocked`` (``base.UNCLAIMABLE_PHASES``) written out, as the partial index it claims
+        from needs; a test compares the two."""
+
+        def op(conn: Conn, _: bool) -> list[ClaimedRun]:
+            with conn.pipeline():
+                with conn.transaction():
+                    chosen = _choose(conn, agent, limit)
+                    if not chosen:
+                        return []
+                    params = {"owner": owner, "ttl": float(ttl), "run_ids": list(chosen)}
+                    cursor = conn.execute(Q["claim_picked"], params)
+                rows = {row[0]: row for row in cursor.fetchall()}
+            claimed: list[ClaimedRun] = []
+            for run_id, previous in chosen.items():  # oldest first, as chosen
+                if run_id in rows:
+                    _, task, claimed_for, fence, expires = rows[run_id]
+                    lease = Lease(run_id, owner, fence, expires, previous_fence=previous)
+                    claimed.append(ClaimedRun(run_id, task, claimed_for, lease))
+            return claimed
+
+        return self._run(op)
+
+
+def _choose(conn: Conn, agent: str | None, limit: int) -> dict[str, int]:
+    """Up to ``limit`` runs ``claim_candidates`` locked that the claim rule lets this claim take,
+    oldest first, with their fences: a run passed over (its holder is alive on this host) makes
+    room for the next candidate."""
+    chosen: dict[str, int] = {}
+    seen: list[str] = []
+    while len(chosen) < limit:
+        want = limit - len(chosen)
+        params = {"agent": agent, "limit": want, "seen": seen}
+        rows = conn.execute(Q["claim_candidates"], params).fetchall()
+        for run_id, seq, fence, holder, expires, now in rows:
+            seen.append(run_id)
+            if claimable(RunHead(seq, fence, holder, expires), now):
+                chosen[run_id] = fence
+        if len(rows) < want:
+            break
+    return chosen
 
 
 _CURSOR_ATTRIBUTE = "_unbroken_save_cursor"

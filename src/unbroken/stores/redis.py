@@ -67,6 +67,7 @@ class RedisBackend(RedisQueue):
     ``ServerCheck``, ``RawReads``, ``PackedReads`` and ``OneStepClaim`` (``_redis_queue``)."""
 
     reach: Reach = "network"
+    lease_clock_is_store_time = True  # both are the server's TIME
 
     def __init__(self, url: str) -> None:
         self.url = url

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from .. import crashpoints, owners
+from .. import crashpoints
 from ..codec import EncodedSave, PackedRecords, StoredRecord, checksum
 from ..state import Lease, RunSummary
 from ._s3_layout import Head, empty_head, pack, parse_url, summary_json, unpack
@@ -446,8 +446,7 @@ class S3Backend(S3Ledger, S3Queue, QueueBackend):
                 now = self.lease_time()
                 if (head["summary"] or {}).get("phase") in blocked:
                     continue
-                holder = head["owner"]
-                if not claimable(self._as_run_head(head), now, holder is not None and owners.owner_is_alive(holder)):
+                if not claimable(self._as_run_head(head), now):
                     continue  # live, or its holder is alive on this host whatever the expiry says
                 fence = next_fence(int(head["fence"]), self.store_time())
                 new = {**head, "fence": fence, "owner": owner, "expires_at": now + ttl}

@@ -34,6 +34,7 @@ parser.add_argument("--tool-sleep", type=float, default=0.0)
 parser.add_argument("--skew", type=float, default=0.0)
 parser.add_argument("--until-idle", action="store_true")
 parser.add_argument("--turns", type=int, default=1, help="tool-calling turns per run before the final answer")
+parser.add_argument("--elsewhere", action="store_true", help="hold leases under an owner name of another host")
 args = parser.parse_args()
 
 if args.skew:
@@ -46,6 +47,17 @@ from unbroken.errors import LeaseError  # noqa: E402
 from unbroken.stores import open_store  # noqa: E402
 from unbroken.stores.base import Store  # noqa: E402
 from unbroken.worker import Worker  # noqa: E402
+
+if args.elsewhere:
+    # Another host's name: nothing about this holder can be proven here (alive or dead), as for
+    # a worker on another machine; its lease's expiry and the fence are all there is. (A holder
+    # alive on this host is never taken over at all: stores.backend.claimable.)
+    import socket
+
+    import unbroken.runner
+
+    _make_owner = getattr(unbroken.runner, "make_owner")  # noqa: B009 (the name Agent makes its owner with)
+    setattr(unbroken.runner, "make_owner", lambda: _make_owner().replace(socket.gethostname(), "elsewhere", 1))  # noqa: B010
 
 _fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet_progress import Progress
 from pgtest import connect, with_options
 
 from unbroken.state import occurrence_key
@@ -28,6 +29,9 @@ from unbroken.stores.postgres import PostgresStore
 CHILD = Path(__file__).with_name("fleet_child.py")
 SCHEDULING_SLACK = 0.5
 """Seconds allowed on top of a bound for process scheduling on a busy 2-core machine."""
+STALL = 90.0
+"""Seconds without a single new save (all runs together) after which a fleet is stuck; while
+saves keep coming, a loaded machine may take as long as it needs."""
 
 
 @dataclass
@@ -138,17 +142,27 @@ def test_8_worker_processes_on_one_sqlite_file_complete_each_run_exactly_once(tm
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # the progress judge decides; this only bounds a fleet advancing forever
 def test_runs_complete_exactly_once_while_workers_are_killed_at_random(fleet: Fleet, pg_store: PostgresStore) -> None:
     rng = random.Random(5)
     run_ids = [pg_store.submit(f"deliver parcels {i}", f"chaos-{i:04d}") for i in range(1000)]
     options = ("--ttl", "1", "--poll", "0.05", "--turns", "3")
     live = {f"w{i:02d}": fleet.start(f"w{i:02d}", *options) for i in range(8)}
     kills = 0
-    started = time.monotonic()
-    while sum(1 for s in pg_store.list_runs() if s.phase == "completed") < len(run_ids):
-        assert time.monotonic() - started < 240, "the fleet stopped making progress"
+    progress = Progress(stall=STALL)
+    while True:
+        summaries = pg_store.list_runs()
+        if sum(1 for s in summaries if s.phase == "completed") == len(run_ids):
+            break
+        progress.check(sum(s.save_seq for s in summaries))  # saves only grow while runs advance
         time.sleep(rng.uniform(0.1, 0.5))
-        name = rng.choice(sorted(live))
+        # Only a worker that has started (logged "ready": imported, store open) is killed: on a
+        # loaded machine a replacement may take seconds to start, and killing it before then
+        # starves the fleet.
+        working = sorted(name for name in live if fleet.events(name))
+        if not working:
+            continue
+        name = rng.choice(working)
         live.pop(name).kill()
         kills += 1
         replacement = f"{name.split('-')[0]}-{kills}"  # w03-17: the slot and the kill (never longer)
@@ -158,7 +172,8 @@ def test_runs_complete_exactly_once_while_workers_are_killed_at_random(fleet: Fl
     executions = Counter(event[1] for event in events if event[0] == "exec")
     completed_saves = sum(1 for run_id in run_ids for info in pg_store.history(run_id) if info.label == "completed")
     print(
-        f"\nchaos: 1000 runs x 3 tool calls, {kills} SIGKILLs: {completed_saves} runs completed, "
+        f"\nchaos: 1000 runs x 3 tool calls, {kills} SIGKILLs in {time.monotonic() - progress.started:.0f}s: "
+        f"{completed_saves} runs completed, "
         f"max executions of one call: {max(executions.values())}, "
         f"calls never repeated: {sum(executions.values())} executions of {len(executions)} calls"
     )
@@ -179,7 +194,9 @@ def snapshot(store: PostgresStore, run_id: str) -> tuple[Any, ...]:
 
 def test_a_worker_frozen_past_its_lease_gets_none_of_its_writes_accepted(fleet: Fleet, pg_store: PostgresStore) -> None:
     pg_store.submit("deliver parcel", "frozen")
-    stale = fleet.start("stale", "--until-idle", "--ttl", "1", "--tool-sleep", "3")
+    # Under another host's name: a frozen worker of this host is never taken over (its run
+    # waits for it: the contract's claim tests), so the fence is what stops one from elsewhere.
+    stale = fleet.start("stale", "--until-idle", "--ttl", "1", "--tool-sleep", "3", "--elsewhere")
     fleet.wait_for("stale", "tool_started")
     os.kill(stale.pid, signal.SIGSTOP)
     frozen_at = time.time()

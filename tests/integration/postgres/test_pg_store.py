@@ -339,3 +339,22 @@ def test_reading_a_run_in_seq_order_walks_the_primary_key_and_sorts_nothing(pg_s
         plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + Q["read_records_raw"], {"run_id": "r1"}))
     assert "Index Scan using unbroken_records_pkey" in plan
     assert "Sort" not in plan
+
+
+def test_a_lease_acquisition_reads_the_server_clock_once(pg_store: PostgresStore, monkeypatch: Any) -> None:
+    """The fence's floor (``next_fence``) comes from the reading the lease's expiry is computed
+    from (``lease_clock_is_store_time``: both are the server's clock), not a round trip more."""
+    backend = pg_store.backend
+    readings: list[float] = []
+    real = backend.store_time
+
+    def counted() -> float:
+        readings.append(real())
+        return readings[-1]
+
+    monkeypatch.setattr(backend, "store_time", counted)
+    lease = pg_store.acquire_lease("r-clock", "w1", 30)
+
+    assert len(readings) == 1
+    assert lease.fence >= int(readings[0] * 1_000_000)  # the floor from that one reading
+    assert lease.expires_at == pytest.approx(readings[0] + 30)

@@ -13,7 +13,7 @@ from ...lost import park, release
 from ...state import RunSummary
 from ...stores.base import ClaimedRun, Store
 from ._base import ContractBase
-from ._support import LONG_TTL, SHORT_TTL, RunWriter
+from ._support import LONG_TTL, SHORT_TTL, RunWriter, frozen_process
 
 
 def _claims(store: Store) -> bool:
@@ -132,6 +132,29 @@ class ClaimContract(ContractBase):
         assert second.run_id == "run-expired-claim"
         assert second.lease.owner == "worker-b"
         assert second.lease.fence > first.lease.fence
+
+    def test_an_expired_lease_whose_holder_is_alive_on_this_host_is_not_claimed(self, store: Store) -> None:
+        """The claim rule (``stores.backend.claimable``) on every store, one-step claims too: a
+        process of this host that lost its lease may still be acting (here frozen by SIGSTOP),
+        so its run waits, expired or not; once that process is gone it is taken at once."""
+        if not _claims(store):
+            return
+        store.submit("t", "run-frozen-holder")
+        store.submit("t", "run-behind-it")
+        with frozen_process() as holder:
+            (held,) = store.claim_runnable(holder, SHORT_TTL)
+            time.sleep(SHORT_TTL + 0.3)
+
+            taken = [c.run_id for c in store.claim_runnable("worker-b", LONG_TTL, limit=5)]
+            head = store.backend.read_head("run-frozen-holder")  # expired: lease_of says None
+
+        (again,) = store.claim_runnable("worker-c", LONG_TTL, limit=5)  # the holder is gone now
+
+        assert held.run_id == "run-frozen-holder"
+        assert taken == ["run-behind-it"]
+        assert head is not None and (head.owner, head.fence) == (holder, held.lease.fence)
+        assert (again.run_id, again.lease.owner) == ("run-frozen-holder", "worker-c")
+        assert again.lease.fence > held.lease.fence
 
     def test_a_claim_after_the_store_lost_everything_gets_a_fence_above_the_old_holders(self, store: Store) -> None:
         """A claim's fence has the floor of every new fence (``stores.base.next_fence``): the

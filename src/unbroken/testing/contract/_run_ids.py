@@ -50,6 +50,7 @@ _RUN_ID_CALLS: dict[str, Callable[[Store, str], object]] = {
     "unpark": lambda store, run_id: store.unpark(run_id, "holder"),
     "ledger_stored": lambda store, run_id: store.ledger_stored(run_id),
     "key_missing": lambda store, run_id: store.key_missing(run_id, EncryptionKeyMissing("no keys")),
+    "why_missing": lambda store, run_id: store.why_missing(run_id),
 }
 """Every public ``Store`` method that takes a run id (a test below keeps the list whole)."""
 

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
+
+import pytest
 
 from ...codec import EncodedSave, Encoder
 from ...state import LedgerEntry, RunState, idempotency_key
@@ -100,3 +108,40 @@ def comparable(state: RunState) -> tuple[dict[str, Any], list[Any]]:
     fields = state.small_fields()
     fields.pop("run_id")
     return fields, state.messages
+
+
+_FROZEN_CHILD = (
+    "import os, signal, sys\n"
+    "from unbroken import owners\n"
+    "sys.stdout.write(owners.make_owner() + '\\n'); sys.stdout.flush()\n"
+    "os.kill(os.getpid(), signal.SIGSTOP)\n"
+)
+
+
+@contextlib.contextmanager
+def frozen_process() -> Iterator[str]:
+    """A real process of this host, frozen by SIGSTOP: yields the lease owner name it made for
+    itself (``owners.make_owner``). It is killed and reaped on exit, so its name then names a
+    process that is gone. Skips where a holder cannot be proven alive (no ``/proc``)."""
+    if not os.path.exists("/proc/self/stat") or not hasattr(signal, "SIGSTOP"):
+        pytest.skip("judging a lease holder alive on this host needs /proc and SIGSTOP")
+    child = subprocess.Popen([sys.executable, "-c", _FROZEN_CHILD], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        owner = child.stdout.readline().strip()
+        deadline = time.monotonic() + 30.0
+        while _state(child.pid) != "T":  # until stopped: it may not have reached its SIGSTOP yet
+            assert time.monotonic() < deadline, "the child never stopped"
+            time.sleep(0.01)
+        yield owner
+    finally:
+        child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as stat:
+        text = stat.read()
+    return text[text.rfind(")") + 2 :].split()[0]

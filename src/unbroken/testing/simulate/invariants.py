@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...codec import fold_fields
-from ...errors import UnbrokenError
+from ...errors import CorruptCheckpoint, UnbrokenError
 from ...state import RunState, Settlement
 from ...watching import describe
 from .world import World
@@ -229,6 +229,25 @@ def history_tells_truth(world: World) -> list[Violation]:
     return found
 
 
+def moves_detected(world: World) -> list[Violation]:
+    """A record copied over another place (``moves``) is damage: the run it landed in, while the
+    copy is still there, is refused with ``CorruptCheckpoint``, never loaded with the copy in it."""
+    found = []
+    for move in world.journal.moves:
+        there = [r for r in world.store.records_since(move.run_id, 0) if r.seq == move.seq]
+        if not there or there[0].checksum != move.checksum:
+            continue  # rewritten or lost since
+        try:
+            world.store.load(move.run_id)
+        except CorruptCheckpoint:
+            continue
+        except UnbrokenError as exc:
+            found.append(Violation("moves_detected", f"{move}: the load raised {type(exc).__name__}: {exc}"))
+            continue
+        found.append(Violation("moves_detected", f"{move}: the run loaded with the copy in it"))
+    return found
+
+
 def runs_finish(world: World) -> list[Violation]:
     """Once the faults stop and every process is back, every run reaches its end: nothing the
     faults left behind (a torn write, a lost reply, a zombie's lease) blocks it for good."""
@@ -251,6 +270,7 @@ CHECKS: tuple[Callable[[World], list[Violation]], ...] = (
     ledger_tells_truth,
     history_tells_truth,
     runs_finish,
+    moves_detected,
 )
 
 
@@ -259,6 +279,12 @@ SURVIVE_LOSS = frozenset({"fences_unique", "no_stale_writes"})
 losing the last second, or everything): fences never restart from nothing
 (``stores.base.next_fence``), so no fence is handed out twice and no holder from before the
 loss writes after it. A schedule with a loss that breaks one of these fails."""
+
+SURVIVE_DAMAGE = frozenset({"effects_once", "no_stale_acts", "fences_unique", "no_stale_writes", "moves_detected"})
+"""Invariants that hold even after a record was moved (``moves``): the run it landed in is
+refused as damage (it neither loads nor finishes, its acknowledged save is overwritten: that is
+the damage's cost, reported apart), but nothing acts twice or out of turn, and the damage is
+detected. A schedule with a move that breaks one of these fails."""
 
 
 def check(world: World) -> list[Violation]:

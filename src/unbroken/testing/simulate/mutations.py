@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from ... import codec, fencing, session, usage
+from ... import acceptance, codec, fencing, session, usage
 from ...model import ProposedCall
 from ...state import ToolCall, idempotency_key
 from ...stores import _redis_settings, base
@@ -128,6 +128,19 @@ def fences_from_nothing() -> AbstractContextManager[None]:
     return _patched(base, "next_fence", lambda previous, store_time: previous + 1)
 
 
+def no_record_seq_check() -> AbstractContextManager[None]:
+    """``acceptance`` no longer checks that a record's own ``seq`` is the place it was read from:
+    a record copied over the next save of its run (``moves``) is folded as that save whenever the
+    two start at the same message (a save that added no message)."""
+    intact = acceptance._intact
+
+    def seq_unchecked(value: Any, seq: int, current: int) -> bool:
+        claimed = value.get("seq") if isinstance(value, dict) else seq
+        return bool(intact(value, claimed if type(claimed) is int else seq, current))
+
+    return _patched(acceptance, "_intact", seq_unchecked)
+
+
 MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "lease_check": no_lease_check,
     "grace": no_grace,
@@ -138,6 +151,7 @@ MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "write_time_check": no_write_time_check,
     "durability_preconditions": no_eviction_check,
     "fence_floor": fences_from_nothing,
+    "record_seq_check": no_record_seq_check,
 }
 """Each switched-off defence, by name."""
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from ...stores.base import Store
 from ...stores.memory import InMemoryStore
-from .invariants import SURVIVE_LOSS, Violation, check
+from .invariants import CHECKS, SURVIVE_DAMAGE, SURVIVE_LOSS, Violation, check
 from .schedule import Action, draw
 from .script import draw_script
 from .world import Scenario, World, draw_scenario
@@ -56,8 +56,9 @@ def play(scenario: Scenario, actions: list[Action], store: StoreFactory = InMemo
         world.remove_runs()
         world.play(actions)
         violations = check(world)
-        if world.journal.losses:
-            kept = [violation for violation in violations if violation.invariant in SURVIVE_LOSS]
+        if world.journal.losses or world.journal.moves:
+            excused = _excused(bool(world.journal.losses), bool(world.journal.moves))
+            kept = [violation for violation in violations if violation.invariant not in excused]
             return Outcome(seed, actions, kept, world.journal.trace, after_loss=violations)
         return Outcome(seed, actions, violations, world.journal.trace)
     finally:
@@ -65,6 +66,14 @@ def play(scenario: Scenario, actions: list[Action], store: StoreFactory = InMemo
         world.remove_runs()
         backend.close()
         logger.disabled = was_disabled
+
+
+def _excused(lost: bool, moved: bool) -> set[str]:
+    """The invariants a schedule's data loss (``SURVIVE_LOSS``) or moved records
+    (``SURVIVE_DAMAGE``) excuse: those broken as their cost, not by a fault of the code."""
+    every = {check.__name__ for check in CHECKS} | {"saves_load", "answers_match"}
+    keep = (SURVIVE_LOSS | {"moves_detected"} if lost else set(every)) & (SURVIVE_DAMAGE if moved else set(every))
+    return every - keep
 
 
 def run_seed(seed: int, store: StoreFactory = InMemoryStore) -> Outcome:

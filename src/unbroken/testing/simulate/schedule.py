@@ -28,6 +28,7 @@ Kind = Literal[
     "lose_reply",
     "lose",
     "evict",
+    "move",
 ]
 KINDS: tuple[str, ...] = get_args(Kind)
 POINTS = ("step", "in_tool", "after_tool")
@@ -120,6 +121,7 @@ def draw(rng: random.Random, processes: int, length: int) -> list[Action]:
         (_lost_reply, 1),
         (_time_passes, 1),
         (_store_loses, 1),
+        (_record_moves, 1),
     ]
     names = [episode for episode, _ in episodes]
     weights = [weight * rng.choice((0, 1, 1, 3)) for _, weight in episodes]
@@ -204,3 +206,10 @@ def _store_loses(rng: random.Random, processes: int, faults: list[str]) -> list[
     else:
         loss = Action("lose", process, 0.0, "everything" if rng.random() < 0.2 else "tail")
     return [_steps(rng, process), loss, _steps(rng, _other(rng, processes, process))]
+
+
+def _record_moves(rng: random.Random, processes: int, faults: list[str]) -> list[Action]:
+    """A stored record is copied over another place (``moves``: a store bug or a hand edit)."""
+    process = rng.randrange(processes)
+    move = Action("move", process, float(rng.randrange(64)), rng.choice(("seq", "run")))
+    return [_steps(rng, process), move, _steps(rng, _other(rng, processes, process))]

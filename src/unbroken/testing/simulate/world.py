@@ -27,6 +27,7 @@ from ...stores.backend import RunHead
 from ...stores.base import Store
 from .clocks import EPOCH, ProcessClock
 from .lossy import Forgetful, opened
+from .moves import Move, move_record
 from .process import Killed, SimProcess
 from .schedule import Action
 from .script import make_model
@@ -80,6 +81,9 @@ class Journal:
     losses: list[str] = field(default_factory=list)
     """Data the store lost (as its durability permits): invariants broken after one are its cost."""
     rewritten: set[str] = field(default_factory=set)
+    moves: list[Move] = field(default_factory=list)
+    """Records the world copied over another place (``moves``): the runs they landed in must be
+    refused as damage; invariants broken by that damage are its cost."""
     ends: list[str] = field(default_factory=list)
     store_refused: str | None = None
     """Why the store was refused at open (``lossy.opened``): then nothing ran, every run counts as
@@ -370,6 +374,8 @@ class World:
                 self._run(process)
         elif kind in ("lose", "evict"):
             self._lose(action)
+        elif kind == "move":
+            self._move(action)
         elif kind == "advance":
             self.advance(action.number)
         elif kind == "freeze":
@@ -411,6 +417,14 @@ class World:
         self.journal.losses.append(f"the store lost {what} at {self.now - EPOCH:.1f}s")
         self.journal.trace.append(self.journal.losses[-1])
         self.advance(RESTART_SECONDS)
+
+    def _move(self, action: Action) -> None:
+        """A stored record is copied over another place, behind the store's back (``moves``)."""
+        moved = move_record(self.store, self.run_ids, int(action.number), action.detail)
+        if moved is not None:
+            self._phases.clear()
+            self.journal.moves.append(moved)
+            self.journal.trace.append(f"{moved} at {self.now - EPOCH:.1f}s")
 
     def _save_as_older_version(self, version: int) -> None:
         """Store each run's first save point as an agent of ``version`` wrote it (a deploy

@@ -209,29 +209,35 @@ SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
 SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
   FROM unbroken_runs WHERE submitted_at IS NOT NULL ORDER BY submitted_at, run_id
 
--- name: claim_runnable
--- Workers race here: SKIP LOCKED makes each skip the rows another is claiming right now. The
--- phase list is base.UNCLAIMABLE_PHASES (a test checks it) and matches the unbroken_runs_runnable
--- index predicate word for word (so the planner can use the index). The new fence is
--- stores.base.next_fence: one more than the stored one, never below the server's clock in us.
-WITH picked AS (
-    SELECT run_id, fence AS previous_fence FROM unbroken_runs
-     WHERE submitted_at IS NOT NULL
-       AND (phase IS NULL OR phase NOT IN ('awaiting_approval', 'completed', 'failed', 'max_turns', 'paused'))
-       AND (%(agent)s::text IS NULL OR agent = %(agent)s::text)
-       AND (owner IS NULL OR lease_expires IS NULL OR lease_expires <= clock_timestamp())
-     ORDER BY submitted_at, run_id
-     LIMIT %(limit)s
-     FOR UPDATE SKIP LOCKED
-)
+-- name: claim_candidates
+-- Workers race here: SKIP LOCKED makes each skip the rows another is claiming right now, and the
+-- rows it returns stay locked until the claim's transaction ends, so the holder that Python then
+-- judges (stores.backend.claimable: is it alive on this host?) cannot change before claim_picked
+-- writes. The phase list is base.UNCLAIMABLE_PHASES (a test checks it) and matches the
+-- unbroken_runs_runnable index predicate word for word (so the planner can use the index).
+-- %(seen)s: the runs this claim has already looked at (its own locks do not hide them).
+SELECT run_id, head_seq, fence, owner, coalesce(extract(epoch FROM lease_expires)::double precision, 0.0),
+       extract(epoch FROM clock_timestamp())::double precision
+  FROM unbroken_runs
+ WHERE submitted_at IS NOT NULL
+   AND (phase IS NULL OR phase NOT IN ('awaiting_approval', 'completed', 'failed', 'max_turns', 'paused'))
+   AND (%(agent)s::text IS NULL OR agent = %(agent)s::text)
+   AND (owner IS NULL OR lease_expires IS NULL OR lease_expires <= clock_timestamp())
+   AND run_id <> ALL(%(seen)s::text[])
+ ORDER BY submitted_at, run_id
+ LIMIT %(limit)s
+ FOR UPDATE SKIP LOCKED
+
+-- name: claim_picked
+-- Takes the leases of the runs claim_candidates locked and Python chose, in the same transaction.
+-- The new fence is stores.base.next_fence: one more than the stored one, never below the
+-- server's clock in us.
 UPDATE unbroken_runs AS r
    SET fence = GREATEST(r.fence + 1, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint),
        owner = %(owner)s,
        lease_expires = clock_timestamp() + make_interval(secs => %(ttl)s)
-  FROM picked
- WHERE r.run_id = picked.run_id
-RETURNING r.run_id, r.task, r.agent, r.fence, extract(epoch FROM r.lease_expires)::double precision,
-          picked.previous_fence
+ WHERE r.run_id = ANY(%(run_ids)s::text[])
+RETURNING r.run_id, r.task, r.agent, r.fence, extract(epoch FROM r.lease_expires)::double precision
 
 -- name: server_durability
 -- What an acknowledged save depends on (checked at open and at every lease acquisition).
