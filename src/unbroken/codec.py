@@ -1081,25 +1081,37 @@ def _parse_each(
     and let go, so a store that streams its records (SQLite) never holds the run's bytes beside
     the parsed state. (With orjson this is as fast as one parse of all bodies joined.)
 
-    A ``Segment`` is cut into its records, unless ``segments`` is set and its seal holds
-    (``segment_read.records_of``): then its records come as one list of typed objects whose
-    ``fields`` are raw JSON text, which only ``_fold`` takes. (One orjson parse of a whole
-    segment was measured no faster than one a record, so the careful read stays record by record.)"""
+    A ``Segment`` whose seal holds is parsed in one call: with ``segments`` set, its records come
+    as one list of typed objects whose ``fields`` are raw JSON text, which only ``_fold`` takes
+    (``segment_read.records_of``: msgspec); otherwise as the dicts a record-by-record read gives
+    (``segment_read.dicts_of``: orjson, the seal standing for each record's checksum; a
+    1,000-turn load costs ~0.6x the record-by-record read, docs/benchmarks.md). A segment whose
+    seal does not hold, or whose parse does not check out, is cut into its records and each is
+    judged on its own (the careful read, which names what is wrong)."""
     iterator = iter(records)
     expected: int | None = None
     try:
         for item in iterator:
             pieces: Iterable[StoredRecord]
             if type(item) is Segment:
-                if segments:
-                    from .segment_read import records_of  # (msgspec: imported once a run has segments)
+                from . import segment_read  # (xxhash, and msgspec for ``segments``: imported once a run has segments)
 
-                    packed = records_of(item, expected, current)
+                if segments:
+                    packed = segment_read.records_of(item, expected, current)
                     if packed is not None:
                         outcome.last_seq = packed[-1].seq
                         outcome.count += len(packed)
                         yield packed  # the segment's records in one list, which _fold walks in one loop
                         expected = outcome.last_seq + 1
+                        continue
+                else:
+                    values = segment_read.dicts_of(item, expected, current)
+                    if values is not None:
+                        for value in values:
+                            outcome.last_seq = value["seq"]
+                            outcome.count += 1
+                            yield value
+                        expected = item.last + 1
                         continue
                 pieces = item.records()
             else:

@@ -20,7 +20,6 @@ Recovery is an operator act (``unbroken.ops.recover``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import Self
 
 from .. import owners
@@ -555,7 +554,7 @@ class Store:
                 if lost is not None:
                     raise lost
                 raise LeaseLost(f"lease on run {lease.run_id!r} (fence {lease.fence}) was taken over")
-            new = replace(head, expires_at=self.backend.lease_time() + ttl)
+            new = head.replace(expires_at=self.backend.lease_time() + ttl)
             if self.backend.swap_head(lease.run_id, head, new):
                 return lease.replace(expires_at=new.expires_at)
         raise StoreUnavailable(f"the lease of run {lease.run_id!r} kept changing; retry")
@@ -566,7 +565,7 @@ class Store:
             head = self.backend.read_head(lease.run_id)
             if head is None or head.fence != lease.fence or head.owner is None:
                 return
-            if self.backend.swap_head(lease.run_id, head, replace(head, owner=None, expires_at=0.0)):
+            if self.backend.swap_head(lease.run_id, head, head.replace(owner=None, expires_at=0.0)):
                 return
 
     def lease_of(self, run_id: str) -> Lease | None:
