@@ -45,7 +45,7 @@ RECORD_SHAPE: tuple[tuple[str, type, bool], ...] = (
     ("snapshot", bool, False),
 )
 """The keys of a save record, their JSON types and whether each is required (docs/format.md).
-``_intact`` is this table as one expression; a test checks that the two agree."""
+``intact`` is this table as one expression; a test checks that the two agree."""
 
 
 REFUSED = "refused: "
@@ -70,7 +70,7 @@ def accept(seq: int, body: str | bytes, check: str, current: int) -> dict[str, A
             raw = body if type(body) is bytes else body.encode()  # type: ignore[union-attr]
             if f"{zlib.crc32(raw):08x}" == check:
                 value = loads(raw)
-                if _intact(value, seq, current):
+                if intact(value, seq, current):
                     return value  # type: ignore[no-any-return]
         except (ValueError, RecursionError):
             pass
@@ -80,13 +80,14 @@ def accept(seq: int, body: str | bytes, check: str, current: int) -> dict[str, A
 def accept_parsed(value: object, seq: int, current: int) -> dict[str, Any]:
     """``value``, already parsed (its bytes checked), if it has the shape of save record ``seq``
     (``accept`` without the byte checks). Raises like ``accept``."""
-    if _intact(value, seq, current):
+    if intact(value, seq, current):
         return value  # type: ignore[return-value]
     raise ValueError(_shape_problem(value, seq, current))
 
 
-def _intact(value: Any, seq: int, current: int) -> bool:
-    """``RECORD_SHAPE`` in one expression (the hot path)."""
+def intact(value: Any, seq: int, current: int) -> bool:
+    """Whether parsed ``value`` has the shape of save record ``seq`` at a version up to
+    ``current``: ``RECORD_SHAPE`` in one expression (the hot path)."""
     return (
         type(value) is dict
         and type(value.get("v")) is int
@@ -149,7 +150,7 @@ def _shape_problem(value: object, seq: int, current: int) -> str:
             return f"record lacks {key}"
         if type(value[key]) is not kind:
             return f"record's {key} is a {_json_type(value[key])}, not a {_json_type(kind())}"
-    return "record is not a save record"  # (unreachable while _intact and RECORD_SHAPE agree)
+    return "record is not a save record"  # (unreachable while intact and RECORD_SHAPE agree)
 
 
 def _json_type(value: object) -> str:

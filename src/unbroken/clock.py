@@ -27,7 +27,6 @@ import contextvars
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Protocol
 
 
@@ -45,7 +44,8 @@ class Clock(Protocol):
 
 def _read_boot_id() -> str:
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace(":", "")
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as boot_id:
+            return boot_id.read().strip().replace(":", "")
     except OSError:
         return ""
 

@@ -1047,7 +1047,7 @@ def _decode(
             raise _not_folding(run_id, exc, outcome) from exc
     # Each record folded as it is parsed and then let go (a resume needs no list of them): the
     # checks are the same; damage found after a record that does not fold is reported as that.
-    stream = fast if fast is not None else _parse_each(run_id, records, migrations.current, outcome, segments=sealed)
+    stream = fast if fast is not None else _parse_each(run_id, records, migrations.current, outcome, sealed, lists=True)
     try:
         return _fold(run_id, stream, outcome, migrations, None, recover)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
@@ -1094,33 +1094,49 @@ def _parse_each(
     records: Iterable[StoredRecord | Segment],
     current: int,
     outcome: _Parsing,
-    *,
     segments: bool = False,
+    *,
+    lists: bool = False,
 ) -> Iterator[Any]:
     """The records parsed and checked, one by one, up to the first damaged one (noted in
     ``outcome``). Record by record, as the store hands them over: each body is checked, parsed
     and let go, so a store that streams its records (SQLite) never holds the run's bytes beside
     the parsed state. (With orjson this is as fast as one parse of all bodies joined.)
 
-    A ``Segment`` is cut into its records, unless ``segments`` is set and its seal holds
-    (``segment_read.records_of``): then its records come as one list of typed objects whose
-    ``fields`` are raw JSON text, which only ``_fold`` takes. (One orjson parse of a whole
-    segment was measured no faster than one a record, so the careful read stays record by record.)"""
+    A ``Segment`` whose seal holds is parsed in one call: with ``segments`` set, its records come
+    as one list of typed objects whose ``fields`` are raw JSON text, which only ``_fold`` takes
+    (``segment_read.records_of``: msgspec); otherwise as the dicts a record-by-record read gives
+    (``segment_read.dicts_of``: orjson, the seal standing for each record's checksum), in one
+    list with ``lists`` (which only ``_fold`` takes: it walks them in one loop, as the typed
+    ones), else one by one. A segment whose seal does not hold, or whose parse does not check
+    out, is cut into its records and each is judged on its own (the careful read, which names
+    what is wrong)."""
     iterator = iter(records)
     expected: int | None = None
     try:
         for item in iterator:
             pieces: Iterable[StoredRecord]
             if type(item) is Segment:
-                if segments:
-                    from .segment_read import records_of  # (msgspec: imported once a run has segments)
+                from . import segment_read  # (xxhash, and msgspec for ``segments``: imported once a run has segments)
 
-                    packed = records_of(item, expected, current)
+                if segments:
+                    packed = segment_read.records_of(item, expected, current)
                     if packed is not None:
                         outcome.last_seq = packed[-1].seq
                         outcome.count += len(packed)
                         yield packed  # the segment's records in one list, which _fold walks in one loop
                         expected = outcome.last_seq + 1
+                        continue
+                else:
+                    values = segment_read.dicts_of(item, expected, current)
+                    if values is not None:
+                        outcome.last_seq = item.last
+                        outcome.count += len(values)
+                        if lists:
+                            yield values  # version 2 or later, one version: _fold walks them in one loop
+                        else:
+                            yield from values
+                        expected = item.last + 1
                         continue
                 pieces = item.records()
             else:
@@ -1173,6 +1189,28 @@ def _fold(
     held: list[tuple[Any, bool, Any]] = []  # (record, is a snapshot, its fields) not folded yet
     extend = messages.extend
     for record in parsed:
+        if type(record) is list and type(record[0]) is dict:  # a sealed segment's records (dicts_of)
+            # Version 2 or later, all one version (dicts_of), shapes checked: as the typed ones below.
+            if last is None and not record[0].get("snapshot", False):
+                raise ValueError("the first record is not a snapshot")
+            newest = -1
+            for position, value in enumerate(record):
+                if value["msg_start"] != len(messages):
+                    raise ValueError(
+                        f"record {value['seq']} starts at message {value['msg_start']}, expected {len(messages)}"
+                    )
+                extend(value["messages"])
+                if value.get("snapshot", False):
+                    newest = position
+            if newest >= 0:
+                held.clear()
+                calls_from = None
+            held.extend((value, value.get("snapshot", False), value["fields"]) for value in record[max(newest, 0) :])
+            if len(held) > _PENDING_FIELDS_CAP:
+                calls_from = _fold_fields_held(fields, held, calls_from)
+            last = record[-1]
+            oldest = min(oldest, last["v"])
+            continue
         if type(record) is list:  # a sealed segment's records: version 2, shapes checked by the typed parse
             if last is None and not record[0].snapshot:
                 raise ValueError("the first record is not a snapshot")

@@ -11,7 +11,6 @@ first save, ``start``, is written before any tool runs and carries no entry), so
 from __future__ import annotations
 
 from .errors import CorruptCheckpoint, EncryptionKeyMissing, RunNotFound, RunQueued, StoreDataLost
-from .stores._data_keys import DATA_KEY
 from .stores.base import Store
 
 __all__ = ["check_never_saved", "missing_run"]
@@ -20,6 +19,8 @@ __all__ = ["check_never_saved", "missing_run"]
 def check_never_saved(store: Store, run_id: str) -> None:
     """Before starting ``run_id`` from nothing: raise ``StoreDataLost`` when its effect ledger
     holds entries (the store lost its save records, not its ledger). One ledger read."""
+    from .stores._data_keys import DATA_KEY  # (a fresh start only: a resume never imports it)
+
     entries = store.ledger_list(run_id)
     if any(entry.key == DATA_KEY for entry in entries):  # only a store without keys lists it
         raise EncryptionKeyMissing(

@@ -199,7 +199,7 @@ def test_a_flipped_bit_in_a_packed_record_is_reported_as_that_record(tmp_path: P
     assert shown.save_seq == victim - 1
 
 
-@pytest.mark.parametrize("sealed_read_from", [0, 10**9], ids=["sealed", "record-by-record"])
+@pytest.mark.parametrize("sealed_read_from", [0, 10**9], ids=["msgspec", "orjson"])
 @pytest.mark.parametrize("column", ["bodies", "idx"])
 def test_no_flipped_bit_anywhere_in_a_segment_gives_a_wrong_state(
     tmp_path: Path, column: str, sealed_read_from: int
@@ -234,13 +234,16 @@ def test_no_flipped_bit_anywhere_in_a_segment_gives_a_wrong_state(
     assert wrong == 0
 
 
+@pytest.mark.parametrize("sealed_read_from", [0, 10**9], ids=["msgspec", "orjson"])
 def test_the_seal_is_what_catches_a_flip_the_sealed_read_would_miss(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sealed_read_from: int
 ) -> None:
     """The check above can fail: with the seal check switched off, a flipped bit in a message of
-    a packed record comes back as a silently different state."""
+    a packed record comes back as a silently different state (through either one-parse read:
+    neither checks each record's own checksum)."""
     path = tmp_path / "runs.db"
     store = packed_store(path)
+    store.sealed_read_from = sealed_read_from
     truth = play(store, "r", 12)
     first, _ = segment_rows(path)[1]
     with sqlite3.connect(path) as conn:
@@ -472,25 +475,35 @@ def test_packing_is_set_from_the_store_url_and_bad_values_are_refused(tmp_path: 
             open_store(f"sqlite:///{tmp_path}/runs.db?{query}")
 
 
-def test_a_short_run_is_read_record_by_record_and_a_long_one_sealed(
+def test_a_short_run_is_read_without_msgspec_and_a_long_one_with_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Below ``sealed_read_from`` records the load does not import msgspec for a handful of
-    segments; at or above it every sealed segment is read in one parse. Same state either way."""
+    segments: each sealed segment is one orjson parse (``dicts_of``); at or above it, one typed
+    msgspec parse (``records_of``). The same state as the careful read either way."""
     store = SQLiteStore(tmp_path / "runs.db", durability="normal", keep_recent=2, pack_batch=4)
     play(store, "r", 30)
     head = store.backend.read_head("r")
     assert head is not None
-    calls: list[int] = []
-    real = segment_read.records_of
+    calls: dict[str, list[int]] = {"records_of": [], "dicts_of": []}
 
-    def counting(segment: Segment, first_seq: int | None, current: int) -> list[Any] | None:
-        calls.append(segment.first)
-        return real(segment, first_seq, current)
+    def counting(name: str) -> Any:
+        real = getattr(segment_read, name)
 
-    monkeypatch.setattr(segment_read, "records_of", counting)
-    careful = store.load("r")
-    assert calls == []
-    store.sealed_read_from = head.seq
+        def count(segment: Segment, first_seq: int | None, current: int) -> list[Any] | None:
+            found: list[Any] | None = real(segment, first_seq, current)
+            calls[name].append(0 if found is None else len(found))
+            return found
+
+        return count
+
+    for name in calls:
+        monkeypatch.setattr(segment_read, name, counting(name))
+    careful = decode("r", store.read_raw_records("r")).state  # record by record, every checksum
     assert store.load("r") == careful
-    assert calls
+    _, in_segments = table_counts(tmp_path / "runs.db")
+    assert calls["records_of"] == [] and all(calls["dicts_of"]) and sum(calls["dicts_of"]) == in_segments
+    store.sealed_read_from = head.seq
+    calls["dicts_of"].clear()
+    assert store.load("r") == careful
+    assert calls["dicts_of"] == [] and all(calls["records_of"]) and sum(calls["records_of"]) == in_segments

@@ -109,7 +109,8 @@ def test_a_resume_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
     # Modules a resume without hooks never uses stay unloaded up to its model request: hooks'
     # event classes (emitters.py imports them for the first event), hashlib/OpenSSL (the keys of
     # the pending call use CPython's own SHA-256), socket (uname gives the host name), difflib,
-    # shutil, and logging (``_log.log`` imports it when something is first logged).
+    # shutil, and logging (``_log.log`` imports it when something is first logged); pathlib and
+    # urllib.parse (with ipaddress): the SQLite URL is split and its file opened without them.
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     started = subprocess.run([sys.executable, "-c", _RESUMER, url, "start"], capture_output=True, timeout=60)
     assert started.returncode == 9, started.stderr
@@ -118,5 +119,6 @@ def test_a_resume_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
     )
     loaded = set(done.stdout.strip().split(","))
     assert "unbroken.runner" in loaded and "unbroken.window" in loaded  # (it did resume)
-    unused = ("unbroken.hooks", "hashlib", "_hashlib", "socket", "difflib", "shutil", "bz2", "lzma", "logging")
+    unused: tuple[str, ...] = ("unbroken.hooks", "hashlib", "_hashlib", "socket", "difflib", "shutil", "bz2")
+    unused += ("lzma", "logging", "pathlib", "urllib.parse", "ipaddress")
     assert [name for name in unused if name in loaded] == []

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..model import ModelTurn, ToolSpec
 from ..state import JSONValue
 from . import anthropic_format as fmt
 from ._base import FormatModel
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class ScriptExhausted(RuntimeError):
@@ -51,7 +53,8 @@ class ScriptedModel(FormatModel):
     def from_file(cls, path: str | Path) -> ScriptedModel:
         """Load a script: a JSON list of responses, or ``{"responses": [...]}``."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            with open(path, encoding="utf-8") as script:
+                data = json.loads(script.read())
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read script {path}: {exc}") from exc
         if isinstance(data, Mapping):

@@ -11,9 +11,12 @@ import errno
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from ..errors import StoreUnavailable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (pathlib, and urllib.parse which it imports: ~3-5 ms a resume of a SQLite run need not pay)
+    from pathlib import Path
 
 
 def unavailable(exc: OSError, path: object, doing: str) -> StoreUnavailable:

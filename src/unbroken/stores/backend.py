@@ -42,10 +42,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from .. import codec, owners
+from .._plain import Frozen
 from ..codec import EncodedSave, PackedRecords, Segment, StoredRecord, checksum, dumps, loads
 from ..state import Lease, LedgerEntry, RunSummary
 
@@ -64,35 +64,53 @@ class Refused(Exception):
     """A conditional primitive found the head's seq or fence not as expected and wrote nothing."""
 
 
-@dataclass(frozen=True)
-class RunHead:
+class RunHead(Frozen):
     """The small per-run row every write is conditional on."""
 
-    seq: int = 0
+    __slots__ = ("expires_at", "fence", "owner", "seq")
+    seq: int
     """The last acknowledged save record (0: none yet). A record missing up to it is damage."""
-    fence: int = 0
+    fence: int
     """Bumped by every lease acquisition; writes carrying an older one are refused."""
-    owner: str | None = None
-    expires_at: float = 0.0
+    owner: str | None
+    expires_at: float
     """When the lease ends, on ``lease_time``'s clock (not always a Unix time)."""
 
+    def __init__(self, seq: int = 0, fence: int = 0, owner: str | None = None, expires_at: float = 0.0) -> None:
+        set_field = object.__setattr__
+        set_field(self, "seq", seq)
+        set_field(self, "fence", fence)
+        set_field(self, "owner", owner)
+        set_field(self, "expires_at", expires_at)
 
-@dataclass(frozen=True)
-class Submission:
+
+class Submission(Frozen):
     """A run queued for workers by ``submit``: its task and the agent name it is meant for."""
 
+    __slots__ = ("agent", "run_id", "submitted_at", "task")
     run_id: str
     task: str
     agent: str | None
     submitted_at: float
 
+    def __init__(self, run_id: str, task: str, agent: str | None, submitted_at: float) -> None:
+        set_field = object.__setattr__
+        set_field(self, "run_id", run_id)
+        set_field(self, "task", task)
+        set_field(self, "agent", agent)
+        set_field(self, "submitted_at", submitted_at)
 
-@dataclass(frozen=True)
-class SealedEntry:
+
+class SealedEntry(Frozen):
     """A ledger entry with the checksum it was written with (None: written before checksums)."""
 
+    __slots__ = ("checksum", "entry")
     entry: LedgerEntry
     checksum: str | None
+
+    def __init__(self, entry: LedgerEntry, checksum: str | None) -> None:
+        object.__setattr__(self, "entry", entry)
+        object.__setattr__(self, "checksum", checksum)
 
 
 def seal(entry: LedgerEntry) -> SealedEntry:
@@ -139,15 +157,22 @@ def newest_snapshot_between(backend: Backend, run_id: str, lowest: int, top: int
     return 0
 
 
-@dataclass(frozen=True)
-class ClaimedRun:
+class ClaimedRun(Frozen):
     """A submitted run a worker has just claimed: its task, the agent name it was submitted
     for, and the lease the claim took (owner, fence, expiry on the store's clock)."""
 
+    __slots__ = ("agent", "lease", "run_id", "task")
     run_id: str
     task: str
     agent: str | None
     lease: Lease
+
+    def __init__(self, run_id: str, task: str, agent: str | None, lease: Lease) -> None:
+        set_field = object.__setattr__
+        set_field(self, "run_id", run_id)
+        set_field(self, "task", task)
+        set_field(self, "agent", agent)
+        set_field(self, "lease", lease)
 
 
 def claimable(head: RunHead | None, now: float) -> bool:

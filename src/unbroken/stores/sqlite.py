@@ -29,8 +29,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import clock, crashpoints
 from ..codec import EncodedSave, Segment, StoredRecord, dumps
@@ -42,6 +41,9 @@ from ._durable import PRIVATE_FILE_MODE, create_file
 from ._rows import ledger_from_row, ledger_to_row
 from .backend import QueueBackend, Reach, Refused, RunHead, SealedEntry, SegmentSealer, Submission
 from .base import Store
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 STORE_SCHEMA = 8
 """8: unbroken_records keyed by one integer (run_no * 2^32 + seq);
@@ -96,7 +98,9 @@ class SQLiteBackend(QueueBackend):
             )
         self.keep_recent, self.pack_batch = keep_recent, pack_batch
         self._sealer: SegmentSealer | None = None  # (an encrypted store's: ``SealableSegments``)
-        self.path = Path(path)
+        self.file = os.fspath(path)
+        """The database file's path, as given (``path``: as a ``Path``). A str, not a ``Path``: a
+        resume that opens a store need not import pathlib (and urllib.parse) for it."""
         self.durability = "power_loss" if durability == "full" else "process_crash"
         self.sync_level = durability
         self.url = url or f"sqlite:///{self.path}"
@@ -107,11 +111,18 @@ class SQLiteBackend(QueueBackend):
         self.file_mode = mode
         self._connect()
 
+    @property
+    def path(self) -> Path:
+        """The database file (built when asked: the open path uses ``file``)."""
+        from pathlib import Path
+
+        return Path(self.file)
+
     # ------------------------------------------------------------------ plumbing
 
     def _connect(self) -> sqlite3.Connection:
-        parent = self.path.parent if str(self.path.parent) else Path(".")
-        if not parent.is_dir():
+        parent = os.path.dirname(self.file) or "."
+        if not os.path.isdir(parent):
             raise StoreUnavailable(
                 f"cannot open SQLite store {self.path}: directory {parent} does not exist; create it first"
             )
@@ -121,15 +132,15 @@ class SQLiteBackend(QueueBackend):
                 "(SQLite needs to create its -wal and -shm files there); pick a writable path"
             )
         try:  # created here, not by SQLite, so that it never exists with the umask's wider mode
-            if str(self.path) != ":memory:":
-                os.close(create_file(self.path, self.file_mode))
+            if self.file != ":memory:":
+                os.close(create_file(self.file, self.file_mode))
         except FileExistsError:
             pass
         except OSError as exc:
             raise StoreUnavailable(f"cannot create SQLite store {self.path}: {exc}") from exc
         try:
             conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+                self.file, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
             )
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             conn.execute(f"PRAGMA synchronous={DURABILITY[self.sync_level]}")
