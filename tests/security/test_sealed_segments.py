@@ -166,8 +166,19 @@ def test_a_segment_copied_into_another_run_fails_to_load(tmp_path: Path) -> None
     run(url, "r2", "alpha", "beta", "gamma")
     for table in ("unbroken_records", "unbroken_segments"):
         _sqlite(db, f"DELETE FROM {table} WHERE run_id='r2'")
-        columns = ", ".join(str(row[1]) for row in _sqlite(db, f"PRAGMA table_info({table})") if row[1] != "run_id")
-        _sqlite(db, f"INSERT INTO {table} (run_id, {columns}) SELECT 'r2', {columns} FROM {table} WHERE run_id='r1'")
+        # (store schema 8 keys a loose record by its run's number: run_no * 2^32 + seq)
+        keyed = table == "unbroken_records"
+        names = [str(row[1]) for row in _sqlite(db, f"PRAGMA table_info({table})")]
+        columns = ", ".join(name for name in names if name not in ("run_id", "key" if keyed else ""))
+        key, key_value = (
+            ("key, ", "(SELECT run_no FROM unbroken_runs WHERE run_id='r2') * 4294967296 + seq, ")
+            if keyed
+            else ("", "")
+        )
+        _sqlite(
+            db,
+            f"INSERT INTO {table} ({key}run_id, {columns}) SELECT {key_value}'r2', {columns} FROM {table} WHERE run_id='r1'",
+        )
     with open_store(url, encryption=KEYS) as store:
         assert isinstance(store, EncryptedStore)
         key = store.inner.backend.get_entry("r1", DATA_KEY)
