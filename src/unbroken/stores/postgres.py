@@ -502,7 +502,8 @@ class PostgresBackend(QueueBackend):
         return [RunSummary(*row) for row in rows]
 
     def summaries_page(self, after: tuple[float, str] | None, limit: int) -> list[RunSummary]:
-        # Bounded: about ``limit`` entries of the index on (updated_at, run_id), read backward.
+        # Bounded: the index on updated_second (updated_at cut to the second) read backward, the
+        # runs of one second sorted at a time: about ``limit`` rows plus the rest of the last second.
         params: dict[str, Any] = {"limit": max(limit, 0)}
         if after is not None:
             params.update(updated_at=float(after[0]), run_id=after[1])
@@ -575,7 +576,8 @@ class PostgresBackend(QueueBackend):
     # ------------------------------------------------------------------ claiming
     # submit is Store.submit over these two primitives (the task rule lives there). The claim is
     # Store.claim_runnable's fast path (OneStepClaim): one statement, SKIP LOCKED, taking the rule
-    # from base.py (the phases in UNCLAIMABLE_PHASES, a test checks the SQL lists exactly them; the
+    # from base.py (the phases in UNCLAIMABLE_PHASES, listed in the runs table's generated column
+    # phase_claimable: a test checks the SQL lists exactly them; the
     # agent filter; a lease free or expired on the database clock); the contract suite proves it
     # equivalent to the rule over primitives.
 
@@ -630,8 +632,8 @@ class PostgresBackend(QueueBackend):
         self, owner: str, ttl: float, *, agent: str | None, limit: int, blocked: frozenset[str]
     ) -> list[ClaimedRun]:
         """One statement (``claim_runnable`` in queries.sql): its phase list is ``blocked``
-        (``base.UNCLAIMABLE_PHASES``) written out, as the partial index it claims from needs;
-        a test compares the two."""
+        (``base.UNCLAIMABLE_PHASES``) written out in the generated column ``phase_claimable``
+        that it and the partial index it claims from read; a test compares the two."""
         params = {"owner": owner, "ttl": float(ttl), "agent": agent, "limit": int(limit)}
         rows = self._run(lambda conn, _: conn.execute(Q["claim_runnable"], params).fetchall())
         return [

@@ -170,15 +170,21 @@ SELECT seq, body, checksum FROM unbroken_records
  WHERE run_id = %(run_id)s AND seq > %(after_seq)s AND seq <= %(upto_seq)s ORDER BY seq
 
 -- name: summaries_first
--- A page of the listing: the index unbroken_runs_updated (updated_at, run_id), read backward.
+-- A page of the listing, in (updated_at, run_id) descending order: the index
+-- unbroken_runs_updated_second read backward, the runs of one second at a time sorted by
+-- (updated_at, run_id) (an incremental sort), until the page is full. updated_second is
+-- floor(updated_at), so ordering by it first changes nothing in the order.
 SELECT run_id, task, phase, turns, tokens_used, head_seq, updated_at
-  FROM unbroken_runs WHERE head_seq > 0
- ORDER BY updated_at DESC, run_id DESC LIMIT %(limit)s
+  FROM unbroken_runs WHERE head_seq > 0 AND updated_second IS NOT NULL
+ ORDER BY updated_second DESC, updated_at DESC, run_id DESC LIMIT %(limit)s
 
 -- name: summaries_after
+-- As summaries_first, from the cursor: a row before it was updated in its second or earlier.
 SELECT run_id, task, phase, turns, tokens_used, head_seq, updated_at
-  FROM unbroken_runs WHERE head_seq > 0 AND (updated_at, run_id) < (%(updated_at)s, %(run_id)s)
- ORDER BY updated_at DESC, run_id DESC LIMIT %(limit)s
+  FROM unbroken_runs
+ WHERE head_seq > 0 AND updated_second <= floor(%(updated_at)s::double precision)
+   AND (updated_at, run_id) < (%(updated_at)s, %(run_id)s)
+ ORDER BY updated_second DESC, updated_at DESC, run_id DESC LIMIT %(limit)s
 
 -- name: add_submission
 -- Queue a run unless it is queued already (no row back: it was). A row made by a lease or a save
@@ -195,11 +201,10 @@ SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
   FROM unbroken_runs WHERE run_id = %(run_id)s AND submitted_at IS NOT NULL
 
 -- name: unstarted_page
--- Queued runs not started yet, a page at a time (on the unbroken_runs_runnable index: phase NULL).
+-- Queued runs not started yet, a page at a time (on the unbroken_runs_runnable index).
 SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
   FROM unbroken_runs
- WHERE submitted_at IS NOT NULL AND head_seq = 0
-   AND (phase IS NULL OR phase NOT IN ('awaiting_approval', 'completed', 'failed', 'max_turns', 'paused'))
+ WHERE submitted_at IS NOT NULL AND head_seq = 0 AND phase_claimable
    AND (%(after_at)s::double precision IS NULL
         OR (submitted_at, run_id) > (to_timestamp(%(after_at)s::double precision), %(after_id)s::text))
  ORDER BY submitted_at, run_id
@@ -210,14 +215,14 @@ SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
   FROM unbroken_runs WHERE submitted_at IS NOT NULL ORDER BY submitted_at, run_id
 
 -- name: claim_runnable
--- Workers race here: SKIP LOCKED makes each skip the rows another is claiming right now. The
--- phase list is base.UNCLAIMABLE_PHASES (a test checks it) and matches the unbroken_runs_runnable
--- index predicate word for word (so the planner can use the index). The new fence is
+-- Workers race here: SKIP LOCKED makes each skip the rows another is claiming right now.
+-- phase_claimable is the generated column of schema.sql whose phase list is
+-- base.UNCLAIMABLE_PHASES (a test checks it); the filter matches the unbroken_runs_runnable index
+-- predicate word for word (so the planner can use the index). The new fence is
 -- stores.base.next_fence: one more than the stored one, never below the server's clock in us.
 WITH picked AS (
     SELECT run_id, fence AS previous_fence FROM unbroken_runs
-     WHERE submitted_at IS NOT NULL
-       AND (phase IS NULL OR phase NOT IN ('awaiting_approval', 'completed', 'failed', 'max_turns', 'paused'))
+     WHERE submitted_at IS NOT NULL AND phase_claimable
        AND (%(agent)s::text IS NULL OR agent = %(agent)s::text)
        AND (owner IS NULL OR lease_expires IS NULL OR lease_expires <= clock_timestamp())
      ORDER BY submitted_at, run_id
