@@ -117,6 +117,12 @@ def migrations() -> list[Migration]:
     return sorted(found, key=lambda m: m.version)
 
 
+def latest_version() -> int:
+    """The number of the newest file of ``sql/postgres/migrations`` (read from the names only)."""
+    folder = resources.files("unbroken.stores").joinpath("sql/postgres/migrations")
+    return max(int(match[1]) for entry in folder.iterdir() if (match := _MIGRATION_FILE.fullmatch(entry.name)))
+
+
 def migrate(conn: Conn, schema: str, *, fresh_from_schema_file: bool = True) -> list[int]:
     """Bring ``schema`` up to the latest migration; returns the versions applied now.
 
@@ -233,8 +239,7 @@ class PostgresBackend(QueueBackend):
                 # The server answers: the pool makes its first connection in the background while
                 # the schema is checked, so the store's first operation finds one ready.
                 self._open_pool()
-                migrate(conn, self.schema)
-                self.durability = self._check_server(conn)
+                self.durability = self._prepare(conn)
         except psycopg.OperationalError as exc:
             self.close()
             raise StoreUnavailable(
@@ -616,6 +621,19 @@ class PostgresBackend(QueueBackend):
         }
         rows = self._run(lambda conn, _: conn.execute(Q["unstarted_page"], params).fetchall())
         return [Submission(*row) for row in rows]
+
+    def _prepare(self, conn: Conn) -> Durability:
+        """At open: the schema brought up to date and the server's durability checked. A store
+        already at the latest migration (every open but the first of a new unbroken) takes one
+        round trip (``open_check``); otherwise ``migrate``, under its lock, then ``_check_server``."""
+        try:
+            row = conn.execute(Q["open_check"]).fetchone()
+        except psycopg.errors.UndefinedTable:  # a new schema (autocommit: nothing is left open)
+            row = None
+        if row is None or row[0] != latest_version():
+            migrate(conn, self.schema)  # (which refuses a schema of a newer unbroken)
+            return self._check_server(conn)
+        return check_durability(self.settings.level, row[1], row[2], self.settings.where)
 
     def _check_server(self, conn: Conn) -> Durability:
         """What the server gives now (``fsync``, ``synchronous_commit``); ``InsufficientDurability``

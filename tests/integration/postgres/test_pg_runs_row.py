@@ -115,3 +115,24 @@ def test_migration_8_lists_the_runs_saved_before_it_in_the_same_order(monkeypatc
 def _options(conn: psycopg.Connection[Any]) -> list[str]:
     row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'unbroken_runs'::regclass").fetchone()
     return list(row[0] or []) if row is not None else []
+
+
+def test_a_store_at_the_latest_migration_opens_without_migrating(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every open but the first of a new unbroken: one statement reads the schema's migration and
+    the server's durability settings (``open_check``); ``migrate`` and its lock are not needed."""
+    import unbroken.stores.postgres as postgres_module
+
+    real = postgres_module.migrate
+    applied: list[str] = []
+
+    def counted(conn: Any, schema: str, **options: Any) -> list[int]:
+        applied.append(schema)
+        return real(conn, schema, **options)
+
+    monkeypatch.setattr(postgres_module, "migrate", counted)
+    PostgresStore(pg_url).close()  # the first open creates the schema
+    assert len(applied) == 1
+    with PostgresStore(pg_url) as store:
+        assert store.durability == "power_loss"
+        store.append(save(1, updated_at=SECOND), expect_seq=0)
+    assert len(applied) == 1

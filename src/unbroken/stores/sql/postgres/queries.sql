@@ -241,3 +241,8 @@ RETURNING r.run_id, r.task, r.agent, r.fence, extract(epoch FROM r.lease_expires
 -- name: server_durability
 -- What an acknowledged save depends on (checked at open and at every lease acquisition).
 SELECT current_setting('fsync'), current_setting('synchronous_commit');
+
+-- name: open_check
+-- Opening a store in one round trip: the newest migration applied (an error when the schema has
+-- none: the store then runs migrate) and what an acknowledged save depends on.
+SELECT (SELECT max(version) FROM unbroken_migrations), current_setting('fsync'), current_setting('synchronous_commit')
