@@ -4,6 +4,8 @@ before it there with its runs and listing intact."""
 
 from __future__ import annotations
 
+import random
+import string
 import time
 from typing import Any
 
@@ -136,3 +138,27 @@ def test_a_store_at_the_latest_migration_opens_without_migrating(pg_url: str, mo
         assert store.durability == "power_loss"
         store.append(save(1, updated_at=SECOND), expect_seq=0)
     assert len(applied) == 1
+
+
+def test_a_long_task_is_not_written_again_at_every_save(pg_store: PostgresStore) -> None:
+    """A task over ~2 KB compressed is kept out of line (TOAST): a save that set it again would
+    write it, and its WAL, once more each time (the runs table's TOAST relation grows by a copy a
+    save). It is written only when it changes."""
+    rng = random.Random(7)
+    task = " ".join("".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9))) for _ in range(1400))
+    state = RunState(run_id="r1", task=task, save_seq=1, updated_at=SECOND)
+    pg_store.append(encode_full(state, "start"), expect_seq=0)
+    with connect(pg_store.backend.schema) as conn:
+        after_first = _toast_bytes(conn)
+        for seq in range(2, 30):
+            state = RunState(run_id="r1", task=task, save_seq=seq, turns=seq, updated_at=SECOND + seq / 100)
+            pg_store.append(encode_full(state, "step"), expect_seq=seq - 1)
+        assert after_first > 0 and _toast_bytes(conn) == after_first
+    assert pg_store.load("r1").task == task
+
+
+def _toast_bytes(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE oid = 'unbroken_runs'::regclass"
+    ).fetchone()
+    return int(row[0]) if row is not None else 0
