@@ -156,26 +156,31 @@ def test_postgres_paged_reads_use_their_indexes(tmp_path: Path) -> None:
         checks: list[tuple[str, dict[str, Any], str]] = [
             ("read_records_between", {"run_id": "run-7", "after_seq": 5000, "upto_seq": 5600}, "unbroken_records_pkey"),
             ("snapshot_seq", {"run_id": "run-7", "upto_seq": 60000}, "unbroken_records_snapshots"),
-            ("summaries_first", {"limit": 50}, "unbroken_runs_updated"),
-            ("summaries_after", {"limit": 50, "updated_at": 1050.0, "run_id": "run-9"}, "unbroken_runs_updated"),
+            ("summaries_first", {"limit": 50}, "unbroken_runs_updated_second"),
+            ("summaries_after", {"limit": 50, "updated_at": 1050.0, "run_id": "run-9"}, "unbroken_runs_updated_second"),
         ]
         for name, params, index in checks:
             plan = "\n".join(row[0] for row in conn.execute(f"EXPLAIN {Q[name]}", params))
             assert index in plan and "Seq Scan" not in plan, (name, plan)
             if name == "read_records_between":  # the range is in the index condition
                 assert "seq > " in plan and "seq <= " in plan, plan
-            if name.startswith("summaries"):  # read in index order: no sort of every run
-                assert "Sort" not in plan and "Limit" in plan, plan
+            if name.startswith("summaries"):  # read in index order: no sort of every run,
+                # only of the runs updated in one second at a time (the index key, migration 0008)
+                assert "Limit" in plan and "Incremental Sort" in plan, plan
+                assert "Presorted Key: updated_second" in plan and plan.count("Sort Key") == 1, plan
     assert [row.run_id for row in store.backend.summaries_page((1096.0, "run-9991"), 2)] == _expected_page(
         store, 1096.0
     )
+    assert [row.run_id for row in store.backend.summaries_page(None, 3)] == _expected_page(store, None)
     store.close()
 
 
-def _expected_page(store: Store, updated_at: float) -> list[str]:
+def _expected_page(store: Store, updated_at: float | None) -> list[str]:
     rows: list[RunSummary] = sorted(
         store.backend.list_summaries(), key=lambda r: (r.updated_at, r.run_id), reverse=True
     )
+    if updated_at is None:
+        return [r.run_id for r in rows][:3]
     return [r.run_id for r in rows if (r.updated_at, r.run_id) < (updated_at, "run-9991")][:2]
 
 

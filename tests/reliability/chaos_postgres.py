@@ -68,10 +68,31 @@ def _on_postgres(world: Path, statements: Callable[[str], list[str]]) -> None:
 
 def _copy(world: Path, to: Path) -> None:
     source = world_schema(world)
+    columns = {table: ", ".join(_stored_columns(source, table)) for table in _TABLES}
     # Schema names are our own hex digests (see world_schema), so quoting them is enough.
     _on_postgres(
-        to, lambda schema: [f'INSERT INTO "{schema}".{table} SELECT * FROM "{source}".{table}' for table in _TABLES]
+        to,
+        lambda schema: [
+            f'INSERT INTO "{schema}".{table} ({columns[table]}) SELECT {columns[table]} FROM "{source}".{table}'
+            for table in _TABLES
+        ],
     )
+
+
+def _stored_columns(schema: str, table: str) -> list[str]:
+    """The columns of ``table`` a copy writes: not the generated ones (migration 0008), which
+    PostgreSQL computes and refuses a value for."""
+    import psycopg
+
+    parts = urlsplit(postgres_server())
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "schema"]
+    with psycopg.connect(urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))) as conn:
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+            "AND is_generated = 'NEVER' ORDER BY ordinal_position",
+            (schema, table),
+        ).fetchall()
+    return [f'"{row[0]}"' for row in rows]
 
 
 def _drop(world: Path) -> None:

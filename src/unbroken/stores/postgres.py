@@ -134,6 +134,12 @@ def migrations() -> list[Migration]:
     return sorted(found, key=lambda m: m.version)
 
 
+def latest_version() -> int:
+    """The number of the newest file of ``sql/postgres/migrations`` (read from the names only)."""
+    folder = resources.files("unbroken.stores").joinpath("sql/postgres/migrations")
+    return max(int(match[1]) for entry in folder.iterdir() if (match := _MIGRATION_FILE.fullmatch(entry.name)))
+
+
 def migrate(conn: Conn, schema: str, *, fresh_from_schema_file: bool = True) -> list[int]:
     """Bring ``schema`` up to the latest migration; returns the versions applied now.
 
@@ -257,8 +263,7 @@ class PostgresBackend(QueueBackend):
                 # The server answers: the pool makes its first connection in the background while
                 # the schema is checked, so the store's first operation finds one ready.
                 self._open_pool()
-                migrate(conn, self.schema)
-                self.durability = self._check_server(conn)
+                self.durability = self._prepare(conn)
         except psycopg.OperationalError as exc:
             self.close()
             raise StoreUnavailable(
@@ -580,7 +585,8 @@ class PostgresBackend(QueueBackend):
         return [RunSummary(*row) for row in rows]
 
     def summaries_page(self, after: tuple[float, str] | None, limit: int) -> list[RunSummary]:
-        # Bounded: about ``limit`` entries of the index on (updated_at, run_id), read backward.
+        # Bounded: the index on updated_second (updated_at cut to the second) read backward, the
+        # runs of one second sorted at a time: about ``limit`` rows plus the rest of the last second.
         params: dict[str, Any] = {"limit": max(limit, 0)}
         if after is not None:
             params.update(updated_at=float(after[0]), run_id=after[1])
@@ -653,7 +659,8 @@ class PostgresBackend(QueueBackend):
     # ------------------------------------------------------------------ claiming
     # submit is Store.submit over these two primitives (the task rule lives there). The claim is
     # Store.claim_runnable's fast path (OneStepClaim): one transaction, SKIP LOCKED, the phases in
-    # UNCLAIMABLE_PHASES (a test checks the SQL lists exactly them), the agent filter and a lease
+    # UNCLAIMABLE_PHASES (listed in the runs table's generated column phase_claimable: a test
+    # checks the SQL lists exactly them), the agent filter and a lease
     # free or expired on the database clock in SQL, then the rule itself (backend.claimable, which
     # also asks whether the holder is alive on this host) over the locked rows; the contract suite
     # proves it equivalent to the rule over primitives.
@@ -694,6 +701,19 @@ class PostgresBackend(QueueBackend):
         rows = self._run(lambda conn, _: conn.execute(Q["unstarted_page"], params).fetchall())
         return [Submission(*row) for row in rows]
 
+    def _prepare(self, conn: Conn) -> Durability:
+        """At open: the schema brought up to date and the server's durability checked. A store
+        already at the latest migration (every open but the first of a new unbroken) takes one
+        round trip (``open_check``); otherwise ``migrate``, under its lock, then ``_check_server``."""
+        try:
+            row = conn.execute(Q["open_check"]).fetchone()
+        except psycopg.errors.UndefinedTable:  # a new schema (autocommit: nothing is left open)
+            row = None
+        if row is None or row[0] != latest_version():
+            migrate(conn, self.schema)  # (which refuses a schema of a newer unbroken)
+            return self._check_server(conn)
+        return check_durability(self.settings.level, row[1], row[2], self.settings.where)
+
     def _check_server(self, conn: Conn) -> Durability:
         """What the server gives now (``fsync``, ``synchronous_commit``); ``InsufficientDurability``
         if less than the URL asks. One round trip."""
@@ -712,8 +732,9 @@ class PostgresBackend(QueueBackend):
         runnable runs (SKIP LOCKED) and reads their heads on the server's clock, the rule
         (``claimable``: a holder alive on this host keeps its run) chooses among them, and
         ``claim_picked`` takes the chosen leases before the locks go. The SQL's phase list is
-        ``blocked`` (``base.UNCLAIMABLE_PHASES``) written out, as the partial index it claims
-        from needs; a test compares the two."""
+        ``blocked`` (``base.UNCLAIMABLE_PHASES``) written out in the generated column
+        ``phase_claimable`` that it and the partial index it claims from read; a test compares
+        the two."""
 
         def op(conn: Conn, _: bool) -> list[ClaimedRun]:
             with conn.pipeline():

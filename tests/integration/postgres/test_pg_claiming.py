@@ -138,7 +138,13 @@ def test_stores_without_claiming_say_which_stores_can(tmp_path: Path) -> None:
 def test_the_claim_query_excludes_exactly_the_phases_the_store_rule_names() -> None:
     sql_dir = Path(__file__).parents[3] / "src/unbroken/stores/sql/postgres"
     wanted = sorted(UNCLAIMABLE_PHASES)
-    texts = [(sql_dir / "queries.sql").read_text(), (sql_dir / "schema.sql").read_text()]
+    schema = (sql_dir / "schema.sql").read_text()
+    latest = sorted((sql_dir / "migrations").glob("*.sql"))[-1].read_text()
+    texts = [(sql_dir / "queries.sql").read_text(), schema, latest]
     for text in texts:
         for listed in re.findall(r"phase NOT IN \(([^)]*)\)", text):
             assert sorted(re.findall(r"'(\w+)'", listed)) == wanted
+    # The list lives in the generated column phase_claimable (migration 0008), which the claim
+    # and its index read: a change of UNCLAIMABLE_PHASES needs a migration that redefines it.
+    assert re.search(r"phase_claimable boolean GENERATED ALWAYS AS \(\s*phase IS NULL OR phase NOT IN", schema)
+    assert "WHERE submitted_at IS NOT NULL AND phase_claimable" in (sql_dir / "queries.sql").read_text()

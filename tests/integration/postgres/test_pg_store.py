@@ -168,7 +168,8 @@ def test_each_schema_is_a_separate_store(pg_store: PostgresStore) -> None:
 def _shape(schema: str) -> dict[str, list[tuple[object, ...]]]:
     with connect() as conn:
         columns = conn.execute(
-            "SELECT table_name, column_name, data_type, is_nullable, column_default FROM information_schema.columns "
+            "SELECT table_name, column_name, data_type, is_nullable, column_default, generation_expression "
+            "FROM information_schema.columns "
             "WHERE table_schema = %s ORDER BY table_name, column_name",
             (schema,),
         ).fetchall()
@@ -182,7 +183,12 @@ def _shape(schema: str) -> dict[str, list[tuple[object, ...]]]:
             "WHERE table_schema = %s AND constraint_type <> 'CHECK' ORDER BY constraint_name",
             (schema,),
         ).fetchall()
-    return {"columns": columns, "indexes": indexes, "constraints": constraints}
+        options = conn.execute(
+            "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind = 'r' ORDER BY c.relname",
+            (schema,),
+        ).fetchall()
+    return {"columns": columns, "indexes": indexes, "constraints": constraints, "options": options}
 
 
 def test_a_fresh_schema_equals_the_one_reached_by_applying_every_migration() -> None:

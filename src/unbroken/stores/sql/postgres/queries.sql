@@ -6,9 +6,12 @@
 -- One save point without ledger entries (most saves), as one statement, hence one atomic write:
 -- advance the head if it is still at expect_seq under our fence, and only then write the record.
 -- The row count of the INSERT says which happened (1: written; 0: refused, nothing changed).
+-- The task is written only when it changes: a task stored out of line (TOAST, over ~2 KB
+-- compressed) would otherwise be written again, with its WAL, at every save (~10 KB for 9 KB).
 WITH advanced AS (
     UPDATE unbroken_runs
-       SET head_seq = %(seq)s, task = %(task)s, phase = %(phase)s, turns = %(turns)s,
+       SET head_seq = %(seq)s, task = CASE WHEN task IS DISTINCT FROM %(task)s THEN %(task)s ELSE task END,
+           phase = %(phase)s, turns = %(turns)s,
            tokens_used = %(tokens_used)s, updated_at = %(updated_at)s
      WHERE run_id = %(run_id)s AND head_seq = %(expect_seq)s
        AND (%(fence)s::bigint IS NULL OR fence = %(fence)s::bigint)
@@ -24,7 +27,8 @@ SELECT run_id, %(seq)s, %(label)s, %(snapshot)s, %(body)s, %(checksum)s FROM adv
 -- append_record, the row count of the INSERT says which happened.
 WITH advanced AS (
     UPDATE unbroken_runs
-       SET head_seq = %(seq)s, task = %(task)s, phase = %(phase)s, turns = %(turns)s,
+       SET head_seq = %(seq)s, task = CASE WHEN task IS DISTINCT FROM %(task)s THEN %(task)s ELSE task END,
+           phase = %(phase)s, turns = %(turns)s,
            tokens_used = %(tokens_used)s, updated_at = %(updated_at)s
      WHERE run_id = %(run_id)s AND head_seq = %(expect_seq)s
        AND (%(fence)s::bigint IS NULL OR fence = %(fence)s::bigint)
@@ -71,7 +75,8 @@ VALUES (%(run_id)s, %(seq)s, %(label)s, %(snapshot)s, %(body)s, %(checksum)s)
 
 -- name: set_summary
 UPDATE unbroken_runs
-   SET head_seq = %(seq)s, task = %(task)s, phase = %(phase)s, turns = %(turns)s,
+   SET head_seq = %(seq)s, task = CASE WHEN task IS DISTINCT FROM %(task)s THEN %(task)s ELSE task END,
+       phase = %(phase)s, turns = %(turns)s,
        tokens_used = %(tokens_used)s, updated_at = %(updated_at)s
  WHERE run_id = %(run_id)s
 
@@ -170,15 +175,21 @@ SELECT seq, body, checksum FROM unbroken_records
  WHERE run_id = %(run_id)s AND seq > %(after_seq)s AND seq <= %(upto_seq)s ORDER BY seq
 
 -- name: summaries_first
--- A page of the listing: the index unbroken_runs_updated (updated_at, run_id), read backward.
+-- A page of the listing, in (updated_at, run_id) descending order: the index
+-- unbroken_runs_updated_second read backward, the runs of one second at a time sorted by
+-- (updated_at, run_id) (an incremental sort), until the page is full. updated_second is
+-- floor(updated_at), so ordering by it first changes nothing in the order.
 SELECT run_id, task, phase, turns, tokens_used, head_seq, updated_at
-  FROM unbroken_runs WHERE head_seq > 0
- ORDER BY updated_at DESC, run_id DESC LIMIT %(limit)s
+  FROM unbroken_runs WHERE head_seq > 0 AND updated_second IS NOT NULL
+ ORDER BY updated_second DESC, updated_at DESC, run_id DESC LIMIT %(limit)s
 
 -- name: summaries_after
+-- As summaries_first, from the cursor: a row before it was updated in its second or earlier.
 SELECT run_id, task, phase, turns, tokens_used, head_seq, updated_at
-  FROM unbroken_runs WHERE head_seq > 0 AND (updated_at, run_id) < (%(updated_at)s, %(run_id)s)
- ORDER BY updated_at DESC, run_id DESC LIMIT %(limit)s
+  FROM unbroken_runs
+ WHERE head_seq > 0 AND updated_second <= floor(%(updated_at)s::double precision)
+   AND (updated_at, run_id) < (%(updated_at)s, %(run_id)s)
+ ORDER BY updated_second DESC, updated_at DESC, run_id DESC LIMIT %(limit)s
 
 -- name: add_submission
 -- Queue a run unless it is queued already (no row back: it was). A row made by a lease or a save
@@ -195,11 +206,10 @@ SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
   FROM unbroken_runs WHERE run_id = %(run_id)s AND submitted_at IS NOT NULL
 
 -- name: unstarted_page
--- Queued runs not started yet, a page at a time (on the unbroken_runs_runnable index: phase NULL).
+-- Queued runs not started yet, a page at a time (on the unbroken_runs_runnable index).
 SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
   FROM unbroken_runs
- WHERE submitted_at IS NOT NULL AND head_seq = 0
-   AND (phase IS NULL OR phase NOT IN ('awaiting_approval', 'completed', 'failed', 'max_turns', 'paused'))
+ WHERE submitted_at IS NOT NULL AND head_seq = 0 AND phase_claimable
    AND (%(after_at)s::double precision IS NULL
         OR (submitted_at, run_id) > (to_timestamp(%(after_at)s::double precision), %(after_id)s::text))
  ORDER BY submitted_at, run_id
@@ -213,14 +223,15 @@ SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
 -- Workers race here: SKIP LOCKED makes each skip the rows another is claiming right now, and the
 -- rows it returns stay locked until the claim's transaction ends, so the holder that Python then
 -- judges (stores.backend.claimable: is it alive on this host?) cannot change before claim_picked
--- writes. The phase list is base.UNCLAIMABLE_PHASES (a test checks it) and matches the
--- unbroken_runs_runnable index predicate word for word (so the planner can use the index).
+-- writes. phase_claimable is the generated column of schema.sql whose phase list is
+-- base.UNCLAIMABLE_PHASES (a test checks it); the filter matches the unbroken_runs_runnable index
+-- predicate word for word (so the planner can use the index).
 -- %(seen)s: the runs this claim has already looked at (its own locks do not hide them).
 SELECT run_id, head_seq, fence, owner, coalesce(extract(epoch FROM lease_expires)::double precision, 0.0),
        extract(epoch FROM clock_timestamp())::double precision
   FROM unbroken_runs
  WHERE submitted_at IS NOT NULL
-   AND (phase IS NULL OR phase NOT IN ('awaiting_approval', 'completed', 'failed', 'max_turns', 'paused'))
+   AND phase_claimable
    AND (%(agent)s::text IS NULL OR agent = %(agent)s::text)
    AND (owner IS NULL OR lease_expires IS NULL OR lease_expires <= clock_timestamp())
    AND run_id <> ALL(%(seen)s::text[])
@@ -242,3 +253,8 @@ RETURNING r.run_id, r.task, r.agent, r.fence, extract(epoch FROM r.lease_expires
 -- name: server_durability
 -- What an acknowledged save depends on (checked at open and at every lease acquisition).
 SELECT current_setting('fsync'), current_setting('synchronous_commit');
+
+-- name: open_check
+-- Opening a store in one round trip: the newest migration applied (an error when the schema has
+-- none: the store then runs migrate) and what an acknowledged save depends on.
+SELECT (SELECT max(version) FROM unbroken_migrations), current_setting('fsync'), current_setting('synchronous_commit')

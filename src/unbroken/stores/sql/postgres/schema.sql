@@ -13,12 +13,17 @@ CREATE TABLE unbroken_runs (
     owner         text,
     lease_expires timestamptz,
     agent         text,
-    submitted_at  timestamptz
-);
-CREATE INDEX unbroken_runs_runnable ON unbroken_runs (submitted_at, run_id)
-    WHERE submitted_at IS NOT NULL
-      AND (phase IS NULL OR phase NOT IN ('awaiting_approval', 'completed', 'failed', 'max_turns', 'paused'));
-CREATE INDEX unbroken_runs_updated ON unbroken_runs (updated_at, run_id) WHERE head_seq > 0;
+    submitted_at  timestamptz,
+    -- What the indexes read is derived (0008), so that an ordinary save, which changes updated_at
+    -- and phase, changes no indexed column and updates the row in place (a HOT update).
+    -- updated_at cut to the second: the listing's index key.
+    updated_second double precision GENERATED ALWAYS AS (floor(updated_at)) STORED,
+    -- the phase is not one of base.UNCLAIMABLE_PHASES (a test checks the list): the claim index's filter
+    phase_claimable boolean GENERATED ALWAYS AS (
+        phase IS NULL OR phase NOT IN ('awaiting_approval', 'completed', 'failed', 'max_turns', 'paused')) STORED
+) WITH (fillfactor = 80);
+CREATE INDEX unbroken_runs_runnable ON unbroken_runs (submitted_at, run_id) WHERE submitted_at IS NOT NULL AND phase_claimable;
+CREATE INDEX unbroken_runs_updated_second ON unbroken_runs (updated_second) WHERE updated_second IS NOT NULL;
 
 -- The append-only log: one row per save point, written once, never updated.
 CREATE TABLE unbroken_records (
