@@ -177,7 +177,8 @@ def test_a_segment_copied_into_another_run_fails_to_load(tmp_path: Path) -> None
         )
         _sqlite(
             db,
-            f"INSERT INTO {table} ({key}run_id, {columns}) SELECT {key_value}'r2', {columns} FROM {table} WHERE run_id='r1'",
+            f"INSERT INTO {table} ({key_column}run_id, {columns}) "
+            f"SELECT {key_value}'r2', {columns} FROM {table} WHERE run_id='r1'",
         )
     with open_store(url, encryption=KEYS) as store:
         assert isinstance(store, EncryptedStore)

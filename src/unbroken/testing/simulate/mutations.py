@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from ... import acceptance, codec, fencing, session, usage
+from ... import acceptance, codec, fencing, segment_read, session, usage
 from ...model import ProposedCall
 from ...state import ToolCall, idempotency_key
 from ...stores import _redis_settings, base
@@ -132,13 +132,19 @@ def no_record_seq_check() -> AbstractContextManager[None]:
     """``acceptance`` no longer checks that a record's own ``seq`` is the place it was read from:
     a record copied over the next save of its run (``moves``) is folded as that save whenever the
     two start at the same message (a save that added no message)."""
-    intact = acceptance._intact
+    intact = acceptance.intact
 
     def seq_unchecked(value: Any, seq: int, current: int) -> bool:
         claimed = value.get("seq") if isinstance(value, dict) else seq
         return bool(intact(value, claimed if type(claimed) is int else seq, current))
 
-    return _patched(acceptance, "_intact", seq_unchecked)
+    @contextmanager
+    def both() -> Iterator[None]:
+        # (segment_read binds the check by name for its one-parse read of a segment)
+        with _patched(acceptance, "intact", seq_unchecked), _patched(segment_read, "intact", seq_unchecked):
+            yield
+
+    return both()
 
 
 MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
