@@ -170,7 +170,7 @@ def test_a_segment_copied_into_another_run_fails_to_load(tmp_path: Path) -> None
         keyed = table == "unbroken_records"
         names = [str(row[1]) for row in _sqlite(db, f"PRAGMA table_info({table})")]
         columns = ", ".join(name for name in names if name not in ("run_id", "key" if keyed else ""))
-        key, key_value = (
+        key_column, key_value = (
             ("key, ", "(SELECT run_no FROM unbroken_runs WHERE run_id='r2') * 4294967296 + seq, ")
             if keyed
             else ("", "")
