@@ -230,8 +230,7 @@ SELECT run_id, task, agent, extract(epoch FROM submitted_at)::double precision
 SELECT run_id, head_seq, fence, owner, coalesce(extract(epoch FROM lease_expires)::double precision, 0.0),
        extract(epoch FROM clock_timestamp())::double precision
   FROM unbroken_runs
- WHERE submitted_at IS NOT NULL
-   AND phase_claimable
+ WHERE submitted_at IS NOT NULL AND phase_claimable
    AND (%(agent)s::text IS NULL OR agent = %(agent)s::text)
    AND (owner IS NULL OR lease_expires IS NULL OR lease_expires <= clock_timestamp())
    AND run_id <> ALL(%(seen)s::text[])
