@@ -27,16 +27,47 @@ from .state import Lease
 from .stores.backend import RunHead
 from .stores.base import Store
 
+_JUDGINGS = 3
+"""How many times ``take_lease`` judges the holder afresh when the store's compare-and-swap finds
+a holder its judgment did not see (a write that was still in flight when it read the head)."""
+
 
 def take_lease(store: Store, run_id: str, owner: str, ttl: float, *, grace: float | None = None) -> LeaseGuard:
     """Take the run's lease and return its guard, which knows how it was obtained (see
     ``fencing.Takeover``). A live holder is replaced at once only when it is provably dead; a
     holder provably alive on this host is never replaced, expired or not; under ``owner``
     itself, the run is not taken back while a tool of an earlier call under that name may still
-    act. Otherwise ``LeaseHeld``. Durable when it returns."""
-    head = store.head_of(run_id)  # the lease as stored, live or expired
-    now = store.lease_now()
-    sent = clock.monotonic()
+    act. Otherwise ``LeaseHeld``. Durable when it returns.
+
+    The judgment is made on the head as read; when the store then refuses the swap because the
+    head changed (a process killed just before, whose lease write the server still committed
+    after it died, is the usual case), the head is read and judged again, up to ``_JUDGINGS``
+    times: the holder the store saw is judged by the same rule, never assumed."""
+    for judging in range(1, _JUDGINGS + 1):
+        head = store.head_of(run_id)  # the lease as stored, live or expired
+        now = store.lease_now()
+        sent = clock.monotonic()
+        try:
+            lease = _acquire_judged(store, run_id, owner, ttl, head, now)
+        except _SwapRefused as refused:
+            if judging == _JUDGINGS:
+                raise refused.error from None
+            continue
+        return LeaseGuard(
+            store, lease, ttl, takeover=_how_taken(head, lease, owner, now), obtained_at=sent, grace=grace
+        )
+    raise AssertionError("unreachable")  # (the loop returns or raises)
+
+
+class _SwapRefused(Exception):
+    """The store refused the lease's swap: the head changed after it was judged."""
+
+    def __init__(self, error: LeaseHeld) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _acquire_judged(store: Store, run_id: str, owner: str, ttl: float, head: RunHead | None, now: float) -> Lease:
     live = head is not None and head.owner is not None and head.expires_at > now
     if lost.is_parked(head):
         raise LeaseHeld(lost.refusal(run_id))
@@ -50,16 +81,20 @@ def take_lease(store: Store, run_id: str, owner: str, ttl: float, *, grace: floa
             f"run {run_id!r}: a tool that an earlier call of this process started under {owner} may still "
             "act (it outlived its call); the run is taken back once it returns"
         )
+    takeover_from = None
     if head is not None and head.owner is not None and live and head.owner != owner:
         if not owner_is_dead(head.owner):
             raise LeaseHeld(
                 f"run {run_id!r} is held by {head.owner} for {head.expires_at - now:.1f}s more; that process is "
                 "not provably dead on this host, so the run can be taken over only once its lease expires"
             )
-        lease = store.acquire_lease(run_id, owner, ttl, takeover_from=head.owner)
-    else:
-        lease = store.acquire_lease(run_id, owner, ttl)
-    return LeaseGuard(store, lease, ttl, takeover=_how_taken(head, lease, owner, now), obtained_at=sent, grace=grace)
+        takeover_from = head.owner
+    try:
+        if takeover_from is None:
+            return store.acquire_lease(run_id, owner, ttl)
+        return store.acquire_lease(run_id, owner, ttl, takeover_from=takeover_from)
+    except LeaseHeld as error:
+        raise _SwapRefused(error) from None
 
 
 def _how_taken(head: RunHead | None, lease: Lease, owner: str, now: float) -> Takeover:
