@@ -53,6 +53,11 @@ class FaultyBackend(Delegating):
         return self._faulted("read_head", lambda: self.inner.read_head(run_id))
 
     def swap_head(self, run_id: str, expected: RunHead | None, new: RunHead) -> bool:
+        taking = new.owner is not None and (expected is None or expected.owner != new.owner)
+        after = self.world.take_late(self.process) if taking else None
+        if after is not None:  # killed with its lease write in flight: the store applies it later
+            self.world.kill_in_flight(self.process, after, lambda: self._lands(run_id, expected, new))
+
         def swap() -> bool:
             done = self.inner.swap_head(run_id, expected, new)
             if done:  # noted as it lands, before any delay of its reply
@@ -60,6 +65,14 @@ class FaultyBackend(Delegating):
             return done
 
         return self._faulted("swap_head", swap)
+
+    def _lands(self, run_id: str, expected: RunHead | None, new: RunHead) -> str:
+        """The write of a process killed with it in flight reaches the store (still a swap: it
+        lands only if the head is still the one it expected)."""
+        if self.inner.swap_head(run_id, expected, new):
+            self.world.note_head(run_id, new, self.process)
+            return f"the lease write of dead p{self.process} landed: {new.owner} holds {run_id}"
+        return f"the lease write of dead p{self.process} reached the store and was refused"
 
     def write_record(
         self, save: EncodedSave, entries: Sequence[SealedEntry], *, expect_seq: int, fence: int | None

@@ -260,6 +260,14 @@ def runs_finish(world: World) -> list[Violation]:
     return found
 
 
+def dead_holders_yield(world: World) -> list[Violation]:
+    """A process provably dead never holds a run off: no run call is refused its lease while
+    the live holder is a dead process of the refused one's host (a lease its write put there
+    after it died included). Waiting the lease out is not enough: ``runs_finish`` sees a run
+    finish once its 30 s have passed, but the resume the user started failed."""
+    return [Violation("dead_holders_yield", line) for line in world.journal.blocked]
+
+
 CHECKS: tuple[Callable[[World], list[Violation]], ...] = (
     effects_once,
     no_stale_acts,
@@ -271,6 +279,7 @@ CHECKS: tuple[Callable[[World], list[Violation]], ...] = (
     history_tells_truth,
     runs_finish,
     moves_detected,
+    dead_holders_yield,
 )
 
 

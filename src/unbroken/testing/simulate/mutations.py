@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from ... import acceptance, codec, fencing, segment_read, session, usage
+from ... import acceptance, codec, fencing, leases, segment_read, session, usage
 from ...model import ProposedCall
 from ...state import ToolCall, idempotency_key
 from ...stores import _redis_settings, base
@@ -147,6 +147,13 @@ def no_record_seq_check() -> AbstractContextManager[None]:
     return both()
 
 
+def one_judging() -> AbstractContextManager[None]:
+    """``leases.take_lease`` judges the holder once: when the store's swap finds a holder the
+    judgment did not see (a dead process's lease write that landed after the head was read), the
+    store's refusal stands (``LeaseHeld`` for the whole lease)."""
+    return _patched(leases, "_JUDGINGS", 1)
+
+
 MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "lease_check": no_lease_check,
     "grace": no_grace,
@@ -158,6 +165,7 @@ MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "durability_preconditions": no_eviction_check,
     "fence_floor": fences_from_nothing,
     "record_seq_check": no_record_seq_check,
+    "judge_again": one_judging,
 }
 """Each switched-off defence, by name."""
 

@@ -216,6 +216,7 @@ class SimProcess:
         try:
             guard = take_lease(self.store, run_id, self.owner, agent.lease_ttl, grace=agent.lease_grace)
         except LeaseHeld:
+            world.note_refused(self, run_id)
             return
         world.note_lease(run_id, guard.fence, self.owner, self.index)
         self.guard = guard

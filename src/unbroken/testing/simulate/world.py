@@ -93,6 +93,9 @@ class Journal:
     configured the agent with a migration whose result no load accepts (``ODD_CONFIG``): each ended with that clear
     error, nothing unloadable was written, so it counts as finished."""
     trace: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+    """Run calls refused (``LeaseHeld``) while the run's live holder was provably dead on the
+    refused process's host: a dead process's lease must never hold a resume off."""
 
 
 class World:
@@ -140,6 +143,8 @@ class World:
         self._actions: list[Action] = []
         self._cursor = 0
         self._depth = 0
+        self._late: list[tuple[float, Callable[[], str]]] = []
+        """Writes of processes killed with them in flight, each with the store time it lands at."""
 
     # ------------------------------------------------------------------ clocks
 
@@ -164,7 +169,11 @@ class World:
                 break
             when, process, what = due
             self.now = max(self.now, when)
-            if what == "act":
+            if what == "late":
+                landing = [write for at, write in self._late if at == when]
+                self._late = [late for late in self._late if late[0] != when]
+                self.journal.trace += [write() for write in landing]
+            elif what == "act":
                 # A concurrent tool is a thread: it lands even while its process is busy.
                 self._on(process, functools.partial(process.deliver, nested=process.busy))
             else:
@@ -174,6 +183,9 @@ class World:
 
     def _next_due(self, target: float) -> tuple[float, SimProcess, str] | None:
         best: tuple[float, SimProcess, str] | None = None
+        for when, _ in self._late:
+            if when <= target and (best is None or when < best[0]):
+                best = (when, self.processes[0], "late")
         for process in self.processes:
             if process.dead:
                 continue
@@ -278,6 +290,33 @@ class World:
     def take_fault(self, process: int, primitive: str) -> tuple[str | None, float]:
         found = self._armed.pop((process, primitive), None)
         return found if found is not None else (None, 0.0)
+
+    def take_late(self, process: int) -> float | None:
+        """When ``process``'s lease write was armed to outlive it (the ``late`` fault): the
+        seconds after the death at which the store applies it."""
+        fault = self._armed.get((process, "swap_head"))
+        if fault is None or fault[0] != "late":
+            return None
+        del self._armed[(process, "swap_head")]
+        return fault[1] or LATE_SECONDS
+
+    def kill_in_flight(self, process: int, after: float, write: Callable[[], str]) -> None:
+        """``process`` is killed while ``write`` is in flight: the store applies it ``after``
+        seconds later, the process dead (as PostgreSQL commits a SIGKILLed client's transaction)."""
+        self._late.append((self.now + after, write))
+        self.journal.trace.append(f"p{process} killed with its lease write in flight")
+        raise Killed("a lease write in flight")
+
+    def note_refused(self, process: SimProcess, run_id: str) -> None:
+        """A run call was refused the lease: noted when the live holder is provably dead here."""
+        head = self.store.head_of(run_id)
+        if head is None or head.owner is None or head.expires_at <= self.store_now():
+            return
+        if self.owner_is_dead(head.owner):
+            self.journal.blocked.append(
+                f"p{process.index} was refused {run_id} at {self.now - EPOCH:.1f}s: its holder {head.owner} is "
+                f"dead (for {head.expires_at - self.store_now():.1f}s more)"
+            )
 
     def meanwhile(self, count: int) -> None:
         """A delayed call: time passes and the next ``count`` actions happen meanwhile."""
@@ -517,6 +556,10 @@ class World:
             crashpoints.observe(None)
             leases.owner_is_dead, owners.owner_is_alive = real_dead, real_alive
 
+
+LATE_SECONDS = 1.0
+"""How long after its writer's death a lease write in flight reaches the store (``late``), unless
+the fault says."""
 
 RESTART_SECONDS = 0.01
 """How long a store service's restart takes (a real one takes longer): store time moves on, as
