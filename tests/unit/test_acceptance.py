@@ -408,3 +408,25 @@ def test_a_per_call_field_of_a_bad_shape_is_refused_before_it_is_written(name: s
     fields[name] = value  # as a tool or a hook that wrote into the state would leave it
     with pytest.raises(UnloadableState, match=message):
         codec.accept_before_save(fields, state)
+
+
+@pytest.mark.parametrize(
+    ("number", "read_as"), [(b"18446744073709551616", float(2**64)), (b"-9223372036854775809", float(-(2**63) - 1))]
+)
+def test_an_integer_beyond_64_bits_in_a_record_reads_as_the_one_json_parser_reads_it(
+    number: bytes, read_as: float
+) -> None:
+    """unbroken never writes such a number (its encoder refuses it), but an edited record with a
+    valid checksum may hold one: the loader reads it as ``acceptance.loads`` does (orjson: a
+    float). Pinned for any faster record parse: a typed msgspec decode keeps it an exact int
+    (docs/benchmarks.md, "PostgreSQL resume, 2026-12-02"), so it cannot replace this one as is."""
+    body = b'{"v":2,"seq":1,"label":"x","msg_start":0,"messages":[' + number + b'],"fields":{}}'
+    value = acceptance.accept(1, body, acceptance.checksum(body), SCHEMA_VERSION)
+    assert value["messages"] == [read_as]
+    assert type(value["messages"][0]) is float
+
+
+def test_an_integer_of_400_digits_in_a_record_is_refused_as_not_json() -> None:
+    body = b'{"v":2,"seq":1,"label":"x","msg_start":0,"messages":[' + b"1" * 400 + b'],"fields":{}}'
+    with pytest.raises(ValueError, match="record is not JSON"):
+        acceptance.accept(1, body, acceptance.checksum(body), SCHEMA_VERSION)

@@ -80,8 +80,13 @@ _LEDGER_FIELDS = ("key", "run_id", "call_id", "tool", "args_hash", "status", "at
 _LEDGER_TIMES = ("created_at", "updated_at", "lease_fence")
 _RECORD_MIGRATION = "INSERT INTO unbroken_migrations (version, name) VALUES (%s, %s)"
 _MAX_SEQ = 2**63 - 1  # bigint's largest: "no upper bound" for a seq
-_STREAM_ROWS = 1000
-"""Rows per chunk when a resume streams a run's records (about 1.5 MB of the benchmark's turns)."""
+_STREAM_ROWS = 100
+"""Rows per chunk when a resume streams a run's records (about 140 KB of the benchmark's turns).
+Measured at 10,000 turns, 25 alternated rounds: the client's CPU for the stream 22.0-22.7 ms in
+chunks of 1,000 rows (~1.4 MB each), 16.1-16.5 ms in 250, 14.8-15.5 ms in 100; and the loader
+starts on a chunk sooner (docs/benchmarks.md, "PostgreSQL resume")."""
+_CURSOR_ROWS = 1000
+"""Rows per fetch from the server-side cursor of an older libpq: each fetch is a round trip."""
 _CHUNKED_ROWS = psycopg.pq.version() >= 170000
 """libpq 17 hands a streamed result over in chunks of rows; an older one only row by row."""
 _ORDERED_READ = "SET LOCAL enable_sort = off"
@@ -538,9 +543,9 @@ class PostgresBackend(QueueBackend):
                     rows = cursor.stream(Q["read_records_raw"], params, size=_STREAM_ROWS)
                     # (a generator) closed on the way out: psycopg then cancels a stream left early
                     stack.callback(getattr(rows, "close", lambda: None))
-                else:  # an older libpq: a server-side cursor, fetched _STREAM_ROWS at a time
+                else:  # an older libpq: a server-side cursor, fetched _CURSOR_ROWS at a time
                     named = stack.enter_context(conn.cursor("unbroken_resume", binary=True))
-                    named.itersize = _STREAM_ROWS
+                    named.itersize = _CURSOR_ROWS
                     rows = iter(named.execute(Q["read_records_raw"], params))
                 for seq, body, checksum in rows:
                     yield StoredRecord(seq, body, checksum)
