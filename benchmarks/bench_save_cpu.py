@@ -31,7 +31,9 @@ import workload
 from bench_store import TIMED_LABELS, WorkloadModel, read_ticket
 from unbroken import Agent, open_store
 from unbroken.codec import Encoder
+from unbroken.encryption import LocalKeys
 from unbroken.session import RunSession
+from unbroken.stores.encrypted import EncryptedStore
 
 WAL_FRAME = 4096 + 24  # a page and its frame header (the store's and the floor's page size)
 
@@ -54,16 +56,23 @@ def bare_insert_frames(directory: Path, saves: int) -> list[int]:
 
 
 def one_round(
-    turns: int, directory: Path, index: int, task: str = workload.TASK, *, frames: bool = False
+    turns: int,
+    directory: Path,
+    index: int,
+    task: str = workload.TASK,
+    *,
+    frames: bool = False,
+    keys: LocalKeys | None = None,
 ) -> dict[str, float]:
     cpu = time.thread_time_ns
     parts: dict[str, list[int]] = {"save": [], "encode": [], "append": [], "frames": []}
     inside = [False]
     real_save, real_encode = RunSession.save, Encoder.encode
-    store = open_store(f"sqlite:///{directory}/cpu-{index}.db?durability=normal")
+    store = open_store(f"sqlite:///{directory}/cpu-{index}.db?durability=normal", encryption=keys)
     wal = f"{directory}/cpu-{index}.db-wal"
     if frames:
-        store.backend.conn.execute("PRAGMA wal_autocheckpoint=0")  # type: ignore[attr-defined]
+        sqlite = store.inner if isinstance(store, EncryptedStore) else store
+        sqlite.backend.conn.execute("PRAGMA wal_autocheckpoint=0")  # type: ignore[attr-defined]
     real_append = type(store).append
 
     def timed(name: str, real: Any) -> Any:
@@ -119,12 +128,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--task-bytes", type=int, default=0, help="a task this long (default: the workload's)")
     parser.add_argument("--frames", action="store_true", help="also count the WAL pages of each save")
+    parser.add_argument(
+        "--encrypted", action="store_true", help="alternate plain and encrypted rounds; print the ratios"
+    )
     args = parser.parse_args()
     task = workload.TASK
     if args.task_bytes:
         task = (task + ' ("by category", then by month)\n') * (args.task_bytes // (len(task) + 30) + 1)
         task = task[: args.task_bytes]
     with tempfile.TemporaryDirectory(prefix="unbroken-save-cpu-") as directory:
+        if args.encrypted:
+            encrypted_rounds(args.turns, args.rounds, Path(directory), task, frames=args.frames)
+            return
         for index in range(args.rounds):
             figures = one_round(args.turns, Path(directory), index, task, frames=args.frames)
             rest = figures["save"] - figures["encode"] - figures["append"]
@@ -139,6 +154,34 @@ def main() -> None:
                     f"{figures['frames_median']:.0f}; a bare INSERT of 2.4 KB: mean {statistics.fmean(floor):.2f}, "
                     f"median {statistics.median(floor):.0f}"
                 )
+
+
+def encrypted_rounds(turns: int, rounds: int, directory: Path, task: str, *, frames: bool) -> None:
+    """Plain and encrypted rounds alternated (plain, encrypted, encrypted, plain, ...), each
+    round's encrypted/plain ratio of thread CPU per save printed, and their median."""
+    keys = LocalKeys(os.urandom(32))
+    ratios: list[float] = []
+    figures: dict[str, dict[str, float]] = {}
+    for index in range(rounds):
+        order = ("plain", "sealed") if index % 2 == 0 else ("sealed", "plain")
+        for kind in order:
+            figures[kind] = one_round(
+                turns, directory, 2 * index + (kind == "sealed"), task, frames=frames,
+                keys=keys if kind == "sealed" else None,
+            )  # fmt: skip
+        ratios.append(figures["sealed"]["save"] / figures["plain"]["save"])
+        line = (
+            f"round {index + 1}: save {figures['plain']['save']:.1f} us plain, {figures['sealed']['save']:.1f} us "
+            f"encrypted ({ratios[-1]:.2f}x); thread CPU, medians of {2 * turns}"
+        )
+        if frames:
+            line += (
+                f"; WAL pages a save: mean {figures['plain']['frames_mean']:.2f} plain, "
+                f"{figures['sealed']['frames_mean']:.2f} encrypted (medians {figures['plain']['frames_median']:.0f} / "
+                f"{figures['sealed']['frames_median']:.0f})"
+            )
+        print(line)
+    print(f"median of {rounds} ratios: {statistics.median(ratios):.2f}x")
 
 
 if __name__ == "__main__":

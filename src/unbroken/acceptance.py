@@ -33,6 +33,9 @@ MAX_COUNT = 2**53 - 1
 that read numbers as doubles, like JavaScript) reads integers up to here exactly."""
 
 loads = orjson.loads
+SEALED_RAW = b"\xffA256GCM"
+"""How a save record sealed as raw bytes starts (``encryption._cipher``: a store that keeps bytes
+as they are, SQLite): 0xFF never starts UTF-8 text, so no JSON record is ever taken for one."""
 """The one JSON parser of stored bytes (bytes or str in; ``ValueError`` on bad JSON)."""
 
 RECORD_SHAPE: tuple[tuple[str, type, bool], ...] = (
@@ -114,6 +117,8 @@ def _problem(seq: int, body: str | bytes, check: str, current: int) -> str:
         return "record is not UTF-8 text"
     if checksum(raw) != check:
         return "checksum mismatch (torn or corrupted write)"
+    if raw.startswith(SEALED_RAW):
+        raise _key_missing(seq, "A256GCM")
     try:
         value = loads(raw)
     except RecursionError:
@@ -127,11 +132,7 @@ def _shape_problem(value: object, seq: int, current: int) -> str:
     if not isinstance(value, dict):
         return "record is not a JSON object"
     if "enc" in value and "v" not in value:  # a sealed record (unbroken.stores.encrypted), read without keys
-        raise EncryptionKeyMissing(
-            f"save record {seq} is encrypted at rest ({value['enc']!r}) and this store was opened without a key "
-            "provider: open it with its keys (open_store(url, encryption=...), or set UNBROKEN_ENCRYPTION_KEY or "
-            "UNBROKEN_ENCRYPTION_KEY_FILE)"
-        )
+        raise _key_missing(seq, value["enc"])
     version = value.get("v")
     if type(version) is not int:
         return "record has no schema version"
@@ -151,6 +152,14 @@ def _shape_problem(value: object, seq: int, current: int) -> str:
         if type(value[key]) is not kind:
             return f"record's {key} is a {_json_type(value[key])}, not a {_json_type(kind())}"
     return "record is not a save record"  # (unreachable while intact and RECORD_SHAPE agree)
+
+
+def _key_missing(seq: int, algorithm: object) -> EncryptionKeyMissing:
+    return EncryptionKeyMissing(
+        f"save record {seq} is encrypted at rest ({algorithm!r}) and this store was opened without a key "
+        "provider: open it with its keys (open_store(url, encryption=...), or set UNBROKEN_ENCRYPTION_KEY or "
+        "UNBROKEN_ENCRYPTION_KEY_FILE)"
+    )
 
 
 def _json_type(value: object) -> str:
@@ -407,6 +416,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "RECORD_SHAPE",
     "REQUIRED_FIELDS",
+    "SEALED_RAW",
     "accept",
     "accept_fields",
     "accept_parsed",

@@ -13,6 +13,8 @@ import pytest
 from crash_service import CountingService
 from test_crash_windows import sweep
 
+from unbroken.acceptance import SEALED_RAW
+
 
 @pytest.mark.slow  # ~30 s: every window of the sweep, a child process each
 def test_no_crash_window_duplicates_loses_or_hides_a_call_on_an_encrypted_store(
@@ -23,7 +25,7 @@ def test_no_crash_window_duplicates_loses_or_hides_a_call_on_an_encrypted_store(
     sweep("sqlite", url, service, run_id, "sync")
     conn = sqlite3.connect(tmp_path / "runs.db")
     try:
-        bodies = [str(row[0]) for row in conn.execute("SELECT body FROM unbroken_records")]
+        bodies = [row[0] for row in conn.execute("SELECT body FROM unbroken_records")]
     finally:
         conn.close()
-    assert bodies and all(body.startswith('{"enc":"A256GCM"') for body in bodies)  # every record sealed
+    assert bodies and all(type(body) is bytes and body.startswith(SEALED_RAW) for body in bodies)  # all sealed, raw

@@ -16,6 +16,7 @@ import pytest
 from test_erase import Place, hold_a_marker, place  # noqa: F401  (the fixture: every store and its raw bytes)
 
 from unbroken import Agent, CorruptCheckpoint, ScriptedModel, open_store, tool
+from unbroken.acceptance import SEALED_RAW
 from unbroken.codec import EncodedSave, encode_full
 from unbroken.encryption import LocalKeys, key_from_file, keys_from_environment
 from unbroken.errors import EncryptionKeyMissing, EncryptionUnavailable, InvalidEncryptionKey, WrongEncryptionKey
@@ -206,7 +207,8 @@ def test_a_store_with_keys_reads_plaintext_runs_and_seals_what_it_adds_to_them(t
         store.rewrite("old", [_with_task_note(state, "omega")], expect_seq=head)  # (as compaction does)
         assert store.load("old").business_state == {"note": "omega"}
     bodies = [row[0] for row in _sqlite(db, "SELECT body FROM unbroken_records WHERE run_id='old' ORDER BY seq")]
-    assert len(bodies) == 1 and "omega" not in str(bodies[0]) and str(bodies[0]).startswith('{"enc"')
+    assert len(bodies) == 1 and type(bodies[0]) is bytes  # sealed, kept raw (a BLOB)
+    assert b"omega" not in bodies[0] and bodies[0].startswith(SEALED_RAW)
 
 
 def _with_task_note(state: RunState, text: str) -> EncodedSave:

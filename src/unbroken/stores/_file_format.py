@@ -90,7 +90,7 @@ def segment_spans(records: Path) -> list[tuple[int, int]]:
 
 def record_bytes(save: EncodedSave) -> bytes:
     """A record file: a JSON header line (with the run summary ``list_runs`` shows), then the body."""
-    body = save.body.encode()
+    body = save.body_bytes()
     summary: dict[str, Any] = {
         "task": save.summary.task,
         "phase": save.summary.phase,

@@ -35,9 +35,12 @@ class OpenedRun:
         self.task: tuple[str, str] | None = None  # (plain, sealed)
 
 
-def seal_save(run: OpenedRun, save: EncodedSave) -> EncodedSave:
-    """``save`` with its body, its summary's task and its ledger results sealed."""
-    body = run.cipher.seal_record(save.seq, save.body, save.snapshot)
+def seal_save(run: OpenedRun, save: EncodedSave, *, raw: bool = False) -> EncodedSave:
+    """``save`` with its body (as raw bytes if ``raw``, else as text), its summary's task and its
+    ledger results sealed."""
+    assert isinstance(save.body, str)  # (the encoder's text: only a sealed record is bytes)
+    seal_record = run.cipher.seal_record_raw if raw else run.cipher.seal_record
+    body = seal_record(save.seq, save.body, save.snapshot)
     return replace(
         save,
         body=body,

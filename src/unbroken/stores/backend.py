@@ -451,6 +451,15 @@ class SealableSegments(Protocol):
 
 
 @runtime_checkable
+class BytesBodies(Protocol):
+    """The backend keeps a record body given as bytes (``EncodedSave.body``) as those exact bytes
+    and hands it back as bytes (a SQLite BLOB): an encrypted store gives it its sealed records
+    raw, not as hex text (half the size: a 2.4 KB record needs no overflow page)."""
+
+    def keeps_bytes_bodies(self) -> Literal[True]: ...
+
+
+@runtime_checkable
 class PackedReads(Protocol):
     """Fast path: every record body in one buffer (None: no records)."""
 

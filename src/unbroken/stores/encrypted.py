@@ -49,6 +49,7 @@ from ._sealing import (
 )
 from .backend import (
     Backend,
+    BytesBodies,
     ClaimedRun,
     Durability,
     Queue,
@@ -93,6 +94,7 @@ class EncryptedBackend(Backend):
         self._runs: OrderedDict[str, OpenedRun] = OrderedDict()
         self._lock = threading.Lock()
         self._sealable = inner.backend if isinstance(inner.backend, SealableSegments) else None
+        self._raw = isinstance(inner.backend, BytesBodies)  # sealed records kept as raw bytes, not hex text
         if self._sealable is not None:
             self._sealable.seal_segments_with(self)  # its packs of this store's runs: one sealed unit each
 
@@ -278,12 +280,12 @@ class EncryptedBackend(Backend):
         run = self._run(save.run_id, create_from=save.seq, fresh=expect_seq == 0)
         assert run is not None
         sealed = [seal(seal_entry(run, entry.entry)) for entry in entries]
-        self.inner.write_record(seal_save(run, save), sealed, expect_seq=expect_seq, fence=fence)
+        self.inner.write_record(seal_save(run, save, raw=self._raw), sealed, expect_seq=expect_seq, fence=fence)
 
     def replace_records(self, run_id: str, saves: Sequence[EncodedSave], *, expect_seq: int, fence: int | None) -> None:
         run = self._run(run_id, create_from=saves[0].seq, fresh=expect_seq == 0)
         assert run is not None
-        sealed = [seal_save(run, save) for save in saves]
+        sealed = [seal_save(run, save, raw=self._raw) for save in saves]
         self.inner.replace_records(run_id, sealed, expect_seq=expect_seq, fence=fence)
 
     def records_after(self, run_id: str, after_seq: int = 0) -> list[StoredRecord]:

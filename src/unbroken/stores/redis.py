@@ -221,7 +221,7 @@ class RedisBackend(RedisQueue):
 
     @staticmethod
     def _element(save: EncodedSave) -> bytes:
-        return f"{save.seq} {save.checksum} ".encode() + save.body.encode()
+        return f"{save.seq} {save.checksum} ".encode() + save.body_bytes()
 
     def _summary_args(self, save: EncodedSave) -> list[str]:
         s = save.summary

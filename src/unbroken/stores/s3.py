@@ -206,7 +206,7 @@ class S3Backend(S3Ledger, S3Queue, QueueBackend):
         previous = found[0] if found is not None else empty_head()
         if previous.get("pending") and previous.get("pending_of") not in self._copied:
             self._copy_pending(previous)  # its writer died before copying: this save drops them
-        record = (save.seq, save.checksum, save.body.encode())
+        record = (save.seq, save.checksum, save.body_bytes())
         crashpoints.hit("s3.before_record")
         name = self._write_loose(run_id, [record], "rec")
         loose = self._loose.setdefault(run_id, {})
@@ -385,7 +385,7 @@ class S3Backend(S3Ledger, S3Queue, QueueBackend):
         found = self._fetch_head(run_id)
         if not self._check(found, expect_seq, fence):
             raise Refused
-        records = [(save.seq, save.checksum, save.body.encode()) for save in saves]
+        records = [(save.seq, save.checksum, save.body_bytes()) for save in saves]
         segment = [records[0][0], records[-1][0], self._write_loose(run_id, records, "seg")]
         old = found[0] if found is not None else empty_head()
         last = saves[-1]

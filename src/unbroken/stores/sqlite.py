@@ -29,7 +29,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import clock, crashpoints
 from ..codec import EncodedSave, Segment, StoredRecord, dumps
@@ -463,6 +463,9 @@ class SQLiteBackend(QueueBackend):
 
     def seal_segments_with(self, sealer: SegmentSealer) -> None:
         self._sealer = sealer
+
+    def keeps_bytes_bodies(self) -> Literal[True]:
+        return True  # a bytes body is bound as a BLOB (the TEXT column's affinity leaves it so)
 
     def snapshot_seq(self, run_id: str, upto_seq: int | None = None) -> int:
         # Walks the records' key back from upto_seq to the first snapshot row: about

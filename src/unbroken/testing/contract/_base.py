@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import AnyStr
 
 import pytest
 
@@ -51,8 +52,11 @@ class ContractBase:
     EDITED_TO = "charged 99 EUR"
 
     @staticmethod
-    def tamper(body: str) -> str:
-        """``body`` with one character changed (the checksum no longer matches)."""
+    def tamper(body: AnyStr) -> AnyStr:
+        """``body`` with one character (one byte of a bytes body: a sealed record kept raw)
+        changed (the checksum no longer matches)."""
         middle = len(body) // 2
+        if isinstance(body, bytes):
+            return body[:middle] + bytes([body[middle] ^ 1]) + body[middle + 1 :]
         replacement = "0" if body[middle] != "0" else "1"
         return body[:middle] + replacement + body[middle + 1 :]

@@ -25,7 +25,7 @@ LONG_RUN = 300
 def _long_run(store: Store, run_id: str) -> dict[int, tuple[str, str]]:
     run = RunWriter(store, run_id, snapshot_every=16)
     written = [run.turn(step) for step in range(1, LONG_RUN + 1)]
-    return {save.seq: (save.body, save.checksum) for save in written}
+    return {save.seq: (save.body_bytes().decode(), save.checksum) for save in written}
 
 
 def _rows(records: list[StoredRecord]) -> list[tuple[int, str, str]]:
@@ -68,7 +68,9 @@ class PagingContract(ContractBase):
 
     def test_records_between_around_a_lost_record_returns_the_others_verbatim(self, store: Store) -> None:
         run = RunWriter(store, "run-lost")
-        written = {save.seq: (save.body, save.checksum) for save in (run.turn(step) for step in range(1, 13))}
+        written = {
+            save.seq: (save.body_bytes().decode(), save.checksum) for save in (run.turn(step) for step in range(1, 13))
+        }
         self.delete_record(store, "run-lost", 7)
 
         for after, upto in [(0, 12), (3, 10), (6, 8), (7, 9), (8, 10), (10, 20), (6, 7)]:
