@@ -270,6 +270,10 @@ def _fields_intact(fields: dict[str, Any]) -> bool:
     )
 
 
+fields_intact = _fields_intact
+"""Whether ``accept_fields(fields)`` passes, without raising: its one-expression rule alone (the
+encoder calls it first at every save, and ``accept_fields`` only when it says False)."""
+
 _EMPTY: dict[str, Any] = {}
 _SUMMARY_TYPES = (str, type(None))  # a compaction's summary text, or none (absent: none)
 

@@ -28,7 +28,7 @@ import orjson
 
 from ._plain import Frozen, Plain
 from .acceptance import MAX_RECORD_BYTES as MAX_RECORD_BYTES  # (re-exported: stores and tests use them)
-from .acceptance import accept, accept_fields, accept_parsed
+from .acceptance import accept, accept_fields, accept_parsed, fields_intact
 from .acceptance import checksum as checksum
 from .acceptance import loads as loads
 from .errors import CorruptCheckpoint, EncryptionKeyMissing, IncompatibleSchema, NotJSONValue, UnloadableState
@@ -427,7 +427,8 @@ class Encoder:
         # walked by ``ensure_json`` (which also refuses tuples and non-str keys, and names the
         # path) only when their text differs from the saved one: unchanged text writes nothing.
         fields = state.small_fields()
-        accept_before_save(fields, state)
+        if not fields_intact(fields):  # (accept_before_save's rule; it says what is wrong)
+            accept_before_save(fields, state)
         cold = self._cold = _cold_text(state)
         changed: list[str] = []
         if state.schema_version >= 2:  # derived by the reader: not compared, not written
