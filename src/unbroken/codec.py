@@ -33,6 +33,7 @@ from .acceptance import checksum as checksum
 from .acceptance import loads as loads
 from .errors import CorruptCheckpoint, EncryptionKeyMissing, IncompatibleSchema, NotJSONValue, UnloadableState
 from .state import (
+    PHASES,
     SCHEMA_VERSION,
     JSONValue,
     LedgerEntry,
@@ -440,11 +441,57 @@ class Encoder:
                 and previous is self._saved_fields
             ):
                 texts = previous.copy()  # (same cold texts: same optional keys, in the same order)
-                self._encode_fields(_HOT, fields, previous.get, texts, changed)
+                self._hot_texts(fields, previous, texts, changed)
                 return texts, changed
         texts = {}
         self._encode_fields(fields, fields, (_NO_TEXTS if previous is None else previous).get, texts, changed)
         return texts, changed
+
+    def _hot_texts(
+        self, fields: dict[str, JSONValue], saved: dict[str, str], texts: dict[str, str], changed: list[str]
+    ) -> None:
+        """``_encode_fields`` over ``_HOT``, written out for the types acceptance has just checked
+        (``fields_intact``: turns and tokens_used ints, phase one of ``PHASES``, usage, results,
+        resolutions and attempts dicts, pending_calls a list, updated_at an int or a float)."""
+        text = repr(fields["turns"])
+        if text != saved["turns"]:
+            texts["turns"] = text
+            changed.append("turns")
+        text = repr(fields["tokens_used"])
+        if text != saved["tokens_used"]:
+            texts["tokens_used"] = text
+            changed.append("tokens_used")
+        for key in _HOT_CONTAINERS_BEFORE_PHASE:
+            value = fields[key]
+            text = self._container_text(key, value, saved[key]) if value else "{}"
+            if text != saved[key]:
+                texts[key] = text
+                changed.append(key)
+        text = _PHASE_TEXTS[fields["phase"]]
+        if text != saved["phase"]:
+            texts["phase"] = text
+            changed.append("phase")
+        value = fields["pending_calls"]
+        text = self._container_text("pending_calls", value, saved["pending_calls"]) if value else "[]"
+        if text != saved["pending_calls"]:
+            texts["pending_calls"] = text
+            changed.append("pending_calls")
+        for key in _HOT_CONTAINERS_AFTER_CALLS:
+            value = fields[key]
+            text = self._container_text(key, value, saved[key]) if value else "{}"
+            if text != saved[key]:
+                texts[key] = text
+                changed.append(key)
+        value = fields["updated_at"]
+        if type(value) is int:
+            text = repr(value)
+        elif math.isfinite(value):
+            text = _float_text(value)
+        else:
+            text = self._container_text("updated_at", value, saved["updated_at"])  # refuses NaN, infinities
+        if text != saved["updated_at"]:
+            texts["updated_at"] = text
+            changed.append("updated_at")
 
     def _encode_fields(
         self,
@@ -666,6 +713,9 @@ _COLD = (
 """The other small fields (all but ``_HOT`` and the derived ``save_seq`` and ``message_count``,
 tests/unit/test_codec_cache.py checks the split): written in one orjson call (``_cold_text``)."""
 _cold_values = operator.attrgetter(*_COLD)
+_HOT_CONTAINERS_BEFORE_PHASE = ("usage",)
+_HOT_CONTAINERS_AFTER_CALLS = ("results", "resolutions", "attempts")
+_PHASE_TEXTS = {phase: _encode_str(phase) for phase in PHASES}
 
 
 def _cold_text(state: RunState) -> bytes | None:
@@ -678,7 +728,7 @@ def _cold_text(state: RunState) -> bytes | None:
         text = _orjson_dumps(values, option=_ORJSON_OPTIONS)
     except (orjson.JSONEncodeError, TypeError):
         return None
-    if b"null" in text and text.count(b"null") != values.count(None):
+    if text.count(b"null") != values.count(None):  # (not ``b"null" in``: it first tries the operand as an int)
         return None
     return text
 

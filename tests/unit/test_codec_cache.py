@@ -158,7 +158,8 @@ def _committed(encoder: Encoder, state: RunState) -> str:
 
 def test_unchanged_cold_fields_are_not_encoded_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """The point of the cold group: a save whose cold fields are the saved state's encodes only
-    the hot fields one by one (and writes what changed, as before)."""
+    the hot fields (``_hot_texts``), none through the field-by-field loop, and writes what
+    changed, as before."""
     state = RunState(run_id="r", task="a long brief " * 100, messages=[])
     encoder = Encoder()
     _committed(encoder, state)
@@ -172,7 +173,7 @@ def test_unchanged_cold_fields_are_not_encoded_one_by_one(monkeypatch: pytest.Mo
     monkeypatch.setattr(Encoder, "_encode_fields", spy)
     state.turns, state.phase = 1, "running_tools"
     body = _committed(encoder, state)
-    assert encoded == list(codec._HOT)
+    assert encoded == []
     assert body.endswith('"fields":{"turns":1,"phase":"running_tools"}}')
     encoded.clear()
     state.output = "done"  # a cold field changed: every field is encoded and compared
@@ -214,3 +215,15 @@ def test_a_float_is_written_as_repr_writes_it(value: float) -> None:
     """The encoder writes floats with orjson where its text is repr's (from 1e-4 up), with repr
     below (orjson writes 1e-05 as 0.00001): the record bytes do not depend on which ran."""
     assert codec._float_text(value) == repr(value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_hot_field_that_is_not_finite_is_refused(value: float) -> None:
+    """The written-out hot fields (``_hot_texts``) refuse NaN and the infinities as the loop does."""
+    state = RunState(run_id="r", task="t", messages=[])
+    encoder = Encoder()
+    _committed(encoder, state)
+    state.updated_at = value
+    state.save_seq += 1
+    with pytest.raises(NotJSONValue, match="updated_at"):
+        encoder.encode(state, "save")
