@@ -9,7 +9,7 @@ collects only inside that C function (``--toggle-collect=_operator_call``). Pack
 (``keep_recent`` huge), as in the median save. Once per ``--src`` tree (its ``PYTHONPATH``: compare
 two versions of the code; default: the current one), then the floor: an autocommitted INSERT of
 the workload's 2.4 KB row into a WAL table, counted the same way. A figure repeats to within
-~0.1 %. Ir leaves out the kernel's side (the write, the fsync) and counts a cold instruction like
+~0.2 %. Ir leaves out the kernel's side (the write, the fsync) and counts a cold instruction like
 a warm one: compare versions with it, judge the goal with ``make bench``.
 """
 
