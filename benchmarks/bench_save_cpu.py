@@ -38,9 +38,9 @@ from unbroken.stores.encrypted import EncryptedStore
 WAL_FRAME = 4096 + 24  # a page and its frame header (the store's and the floor's page size)
 
 
-def bare_insert_frames(directory: Path, saves: int) -> list[int]:
+def bare_insert_frames(directory: Path, saves: int, index: int = 0) -> list[int]:
     """WAL pages each autocommitted INSERT of the benchmark's 2.4 KB row writes (the floor's)."""
-    path = directory / "floor-frames.db"
+    path = directory / f"floor-frames-{index}.db"  # (a file a round: --rounds 2 --frames reused one)
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA wal_autocheckpoint=0")
@@ -148,7 +148,7 @@ def main() -> None:
                 f"append {figures['append']:.1f}, rest ~{rest:.1f}); thread CPU, medians of {2 * args.turns}"
             )
             if args.frames:
-                floor = bare_insert_frames(Path(directory), 2 * args.turns)
+                floor = bare_insert_frames(Path(directory), 2 * args.turns, index)
                 print(
                     f"  WAL pages a save: mean {figures['frames_mean']:.2f} (packing included), median "
                     f"{figures['frames_median']:.0f}; a bare INSERT of 2.4 KB: mean {statistics.fmean(floor):.2f}, "

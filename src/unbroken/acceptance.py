@@ -59,7 +59,7 @@ place of its checksum: ``accept`` then refuses it with that reason, as that reco
 
 def checksum(body: str | bytes) -> str:
     """CRC-32 of a record's UTF-8 bytes, as 8 hex digits."""
-    return f"{zlib.crc32(body.encode() if isinstance(body, str) else body):08x}"
+    return zlib.crc32(body.encode() if isinstance(body, str) else body).to_bytes(4, "big").hex()  # (~2x an f-string's)
 
 
 def accept(seq: int, body: str | bytes, check: str, current: int) -> dict[str, Any]:
@@ -278,6 +278,10 @@ def _fields_intact(fields: dict[str, Any]) -> bool:
         and (calls == () or (type(calls) is list and (not calls or _calls_intact(calls))))
     )
 
+
+fields_intact = _fields_intact
+"""Whether ``accept_fields(fields)`` passes, without raising: its one-expression rule alone (the
+encoder calls it first at every save, and ``accept_fields`` only when it says False)."""
 
 _EMPTY: dict[str, Any] = {}
 _SUMMARY_TYPES = (str, type(None))  # a compaction's summary text, or none (absent: none)

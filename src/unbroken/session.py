@@ -255,14 +255,14 @@ class RunSession:
         previous = state.save_seq
         state.save_seq = previous + 1
         state.updated_at = clock.wall()
-        account = _account(settled, resumed)
+        account = _account(settled, resumed) if settled or resumed is not None else None
         try:
             encoded = self.encoder.encode(
                 state, label, force_snapshot=force_snapshot, ledger=tuple(ledger), account=account
             )
             check_size(encoded)
             crashpoints.hit(f"save.{label}.before")
-            self.store.append(encoded, expect_seq=previous, fence=self.fence())
+            self.store.append(encoded, expect_seq=previous, fence=self.lease.fence)  # (self.fence())
         except BaseException:
             state.save_seq = previous
             raise

@@ -211,8 +211,9 @@ class Store:
         for entry in save.ledger:
             if entry.run_id != run_id:
                 raise ValueError(f"ledger entry {entry.key!r} belongs to run {entry.run_id!r}, not {run_id!r}")
+        sealed = [seal(entry) for entry in save.ledger] if save.ledger else []  # (most saves: no entries)
         try:
-            self.backend.write_record(save, [seal(entry) for entry in save.ledger], expect_seq=expect_seq, fence=fence)
+            self.backend.write_record(save, sealed, expect_seq=expect_seq, fence=fence)
         except Refused:
             raise self._refusal(run_id, expect_seq, fence) from None
 
