@@ -31,18 +31,17 @@ from collections.abc import Generator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from . import approvals, clock, conversation, crashpoints, emitters
+from . import clock, conversation, crashpoints, emitters
 from ._plain import Frozen, Plain
 from .codec import ensure_json
 from .errors import ModelCallFailed, NotJSONValue, RunInterrupted
-from .execution import cut_result, invoke_async, invoke_sync, timed_out_result
 from .ledger import EffectLedger
 from .model import ModelTurn, ToolSpec
-from .reconcile import Decision, acall_probe, after_probe, call_probe, decide_first
 from .state import JSONValue, LedgerEntry, Settlement, SettlementOutcome, ToolCall, ToolResult
 from .tools import NotExecuted, Tool
 
 if TYPE_CHECKING:
+    from .reconcile import Decision
     from .session import RunResult, RunSession
     from .stores.base import Store
 
@@ -214,6 +213,12 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
     state = session.state
     if state.phase not in ("running_tools", "paused", "awaiting_approval"):
         return True
+    # Imported here, not at the top: a resume that finds no call to settle (a crash while the
+    # model was asked) never loads approvals, reconcile nor execution before its model request.
+    from . import approvals
+    from .execution import cut_result
+    from .reconcile import after_probe, decide_first
+
     if not approvals.gate(session, calls):  # a call waits for a person: saved, nothing started
         return False
     capped = _count_attempts(session, calls) if resuming else {}
@@ -354,6 +359,8 @@ def _count_attempts(session: RunSession, calls: list[ToolCall]) -> dict[str, Dec
 
 
 def _past_cap(session: RunSession, call: ToolCall, tool: Tool, tried: int, entry: LedgerEntry | None) -> Decision:
+    from .reconcile import Decision
+
     if tool.effect == "read_only":
         started = (
             f"it was started again after {tried} crash(es) and every attempt ended the process"
@@ -383,6 +390,8 @@ def _past_cap(session: RunSession, call: ToolCall, tool: Tool, tried: int, entry
 
 def _never_ran(call: ToolCall, capped: Decision) -> Decision:
     """A call past the attempt cap whose probe says it never happened: answered as not done."""
+    from .reconcile import Decision
+
     text = (
         f"NOT DONE: the call to {call.name} (call id {call.id}) never took effect (its probe says so), and it "
         f"is not run again: {capped.reason}. Call it again if it is still needed."
@@ -420,6 +429,9 @@ def _text(value: JSONValue) -> str:
 def _record(session: RunSession, job: Job) -> list[tuple[ToolCall, Decision, Settlement | None]]:
     """Make a finished job's result durable with its ledger outcome, its state change and its
     settlement; a timed-out side effect is returned as an unknown outcome instead."""
+    from .execution import cut_result, timed_out_result
+    from .reconcile import Decision
+
     call, tool, decision = job.call, job.tool, job.decision
     settlement = job.settlement
     in_doubt = _in_doubt(job)
@@ -455,6 +467,8 @@ def _in_doubt(job: Job) -> Decision | None:
     """A tool that may have acted but cannot tell (it raised ``OutcomeUnknown``: a connection
     broke mid-call) has an unknown outcome, settled by the run's ``unknown_policy``, when it
     is not read-only; a read-only one just failed."""
+    from .reconcile import Decision
+
     result = job.result
     if result is None or result.how != "unknown":
         return None
@@ -502,6 +516,8 @@ def _refused_change(call: ToolCall, result: ToolResult, error: NotJSONValue) -> 
 
 
 def execute_sync(session: RunSession, job: Job) -> Job:
+    from .execution import invoke_sync
+
     with session.heartbeat.guard.acting(job.tool.effect):
         job.result = invoke_sync(job.tool, job.call, job.view)
     job.done = True
@@ -512,6 +528,7 @@ def execute_sync(session: RunSession, job: Job) -> Job:
 async def execute_async(session: RunSession, job: Job, store: Store, began: Any = None) -> Job:
     """Run ``job``'s tool in this task; ``began`` (a future) is resolved once the lease check is
     done and the tool is entered (the driver goes on from there, as ``run`` would)."""
+    from .execution import invoke_async
     from .stores.offload import off_loop
 
     guard = session.heartbeat.guard
@@ -547,6 +564,8 @@ def drive_sync(session: RunSession) -> None:
             elif isinstance(operation, CallModel):
                 reply = agent.model.complete(operation.context, operation.tools, operation.system)
             elif isinstance(operation, Probe):
+                from .reconcile import call_probe
+
                 reply = call_probe(operation.tool, operation.call)
             elif isinstance(operation, Compact):
                 assert agent.compaction is not None
@@ -656,6 +675,8 @@ async def drive_async(hold: AbstractContextManager[RunSession], store: Store) ->
                 model = session.agent.model
                 reply = await model.acomplete(operation.context, operation.tools, operation.system)
             elif isinstance(operation, Probe):
+                from .reconcile import acall_probe
+
                 reply = await acall_probe(operation.tool, operation.call)
             elif isinstance(operation, Sleep):
                 await asyncio.sleep(operation.seconds)  # on the loop: no store thread is held

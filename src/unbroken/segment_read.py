@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .acceptance import accept_segment, intact, loads
+from .acceptance import accept_segment, intact_run, loads
 
 if TYPE_CHECKING:
     from .codec import Segment
@@ -77,7 +77,4 @@ def dicts_of(segment: Segment, first_seq: int | None, current: int) -> list[dict
     version = values[0].get("v") if values and type(values[0]) is dict else None
     if type(version) is not int or not 2 <= version <= current:
         return None  # (version 1 differs in meaning: the careful path folds it, as in records_of)
-    for seq, value in enumerate(values, segment.first):
-        if not intact(value, seq, current) or value["v"] != version:
-            return None
-    return values
+    return values if intact_run(values, segment.first, version) else None

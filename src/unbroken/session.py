@@ -31,7 +31,6 @@ from .leases import Heartbeat
 from .ledger import EffectLedger, not_settled_result, unknown_result
 from .missing import check_never_saved
 from .model import HistoryReader, ModelTurn, ProposedCall, messages_are_json
-from .reconcile import Decision, refused
 from .state import (
     SCHEMA_VERSION,
     JSONValue,
@@ -48,6 +47,7 @@ from .stores.base import Store
 from .window import load_window
 
 if TYPE_CHECKING:
+    from .reconcile import Decision
     from .runner import Agent
 
 
@@ -300,7 +300,12 @@ class RunSession:
         # Calls past max_calls_per_turn are answered here, in save A itself: one save for all of
         # them, not one each (10,000 calls in a turn must not cost 10,000 saves).
         over = calls[self.agent.max_calls_per_turn :]
-        state.results = {call.idempotency_key: refused(call) for call in over}
+        if over:
+            from .reconcile import refused  # (reconcile is loaded when a call is first settled)
+
+            state.results = {call.idempotency_key: refused(call) for call in over}
+        else:
+            state.results = {}
         state.resolutions = {}
         state.attempts = {}
         if calls:

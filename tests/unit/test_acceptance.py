@@ -229,6 +229,35 @@ def test_accept_and_the_typed_segment_parse_agree_with_the_record_shape(
     assert (typed is not None) is shaped
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    at=st.integers(0, 2),
+    changes=st.dictionaries(
+        st.sampled_from([key for key, _, _ in acceptance.RECORD_SHAPE]),
+        st.none() | JSON_VALUES | st.integers(0, 5),
+        max_size=3,
+    ),
+    dropped=st.sets(st.sampled_from([key for key, _, _ in acceptance.RECORD_SHAPE]), max_size=2),
+    version=st.integers(1, SCHEMA_VERSION),
+    not_a_dict=st.booleans(),
+)
+def test_a_segments_records_are_judged_in_one_loop_as_each_alone(
+    at: int, changes: dict[str, Any], dropped: set[str], version: int, not_a_dict: bool
+) -> None:
+    """``intact_run`` (a sealed segment's records, in one loop) says what ``intact`` says of
+    each record at its seq, with every record at the segment's one schema version."""
+    values: list[Any] = [{**valid_record(seq), "v": version} for seq in (4, 5, 6)]
+    values[at].update(changes)
+    for key in dropped:
+        values[at].pop(key, None)
+    if not_a_dict:
+        values[at] = list(values[at])
+    each = all(
+        acceptance.intact(value, seq, SCHEMA_VERSION) and value["v"] == version for seq, value in enumerate(values, 4)
+    )
+    assert acceptance.intact_run(values, 4, version) is each
+
+
 @pytest.mark.parametrize(
     ("seqs", "versions", "read"), [((1, 2), (2, 2), True), ((1, 3), (2, 2), False), ((1, 2), (2, 3), False)]
 )

@@ -104,6 +104,42 @@ Agent(Ask([turn]), [lookup], open_store(sys.argv[1])).run(task, run_id="pinned")
 """
 
 
+_ASKED = """
+import os, sys
+from unbroken import Agent, ScriptedModel, open_store, tool
+
+class Ask(ScriptedModel):
+    def complete(self, messages, tools, system):
+        if sys.argv[2] == "start":
+            os._exit(9)  # the first process dies while its model is asked: no call is left to settle
+        print(",".join(sorted(sys.modules)), flush=True)
+        os._exit(0)
+
+@tool(effect="side_effect")
+def send(key: str) -> str:
+    \"\"\"Send a key.\"\"\"
+    return key
+
+task = None if sys.argv[2] == "resume" else "a task"
+Agent(Ask([]), [send], open_store(sys.argv[1])).run(task, run_id="asked")
+"""
+
+
+def test_a_resume_with_no_call_to_settle_loads_no_tool_machinery(tmp_path: Path) -> None:
+    # Issue 24: a run that crashed while its model was asked (the crash benchmark's case) has no
+    # call to settle, so its resume reaches the model request without approvals, reconcile and
+    # execution: the engine imports them when it first settles a call.
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    started = subprocess.run([sys.executable, "-c", _ASKED, url, "start"], capture_output=True, timeout=60)
+    assert started.returncode == 9, started.stderr
+    done = subprocess.run(
+        [sys.executable, "-c", _ASKED, url, "resume"], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = set(done.stdout.strip().split(","))
+    assert "unbroken.engine" in loaded and "unbroken.window" in loaded  # (it did resume)
+    assert sorted(loaded & {"unbroken.approvals", "unbroken.reconcile", "unbroken.execution"}) == []
+
+
 def test_a_resume_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
     # Issue 24: a crash's cost is judged against a fresh python that only parses the history.
     # Modules a resume without hooks never uses stay unloaded up to its model request: hooks'

@@ -138,10 +138,15 @@ def no_record_seq_check() -> AbstractContextManager[None]:
         claimed = value.get("seq") if isinstance(value, dict) else seq
         return bool(intact(value, claimed if type(claimed) is int else seq, current))
 
+    def run_seq_unchecked(values: list[Any], first: int, version: int) -> bool:
+        return all(
+            seq_unchecked(value, seq, version) and value["v"] == version for seq, value in enumerate(values, first)
+        )
+
     @contextmanager
     def both() -> Iterator[None]:
-        # (segment_read binds the check by name for its one-parse read of a segment)
-        with _patched(acceptance, "intact", seq_unchecked), _patched(segment_read, "intact", seq_unchecked):
+        # (segment_read binds the check by name for its one-parse read of a segment: intact_run)
+        with _patched(acceptance, "intact", seq_unchecked), _patched(segment_read, "intact_run", run_seq_unchecked):
             yield
 
     return both()
