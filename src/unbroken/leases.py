@@ -11,8 +11,6 @@ takeover then waits a grace period before it trusts a "not executed" probe
 
 from __future__ import annotations
 
-import threading
-
 from . import clock, lost, owners
 from .errors import LeaseHeld, LeaseLost, StoreDataLost
 from .fencing import LeaseGuard, Takeover
@@ -23,6 +21,7 @@ from .owners import describe_live
 from .owners import make_owner as make_owner
 from .owners import mark_ended as mark_ended
 from .owners import owner_is_dead as owner_is_dead
+from .renewals import renewals_of
 from .state import Lease
 from .stores.backend import RunHead
 from .stores.base import Store
@@ -120,16 +119,15 @@ def acquire(store: Store, run_id: str, owner: str, ttl: float) -> Lease:
 
 
 class Heartbeat:
-    """Renews a lease through its guard every ``ttl / 3`` seconds on a daemon thread while a run
-    is active, so long tools do not lose it. If renewal is refused, ``lost`` is set; the next
-    check, save or ledger write is refused anyway."""
+    """Keeps a lease alive while a run is active, so long tools do not lose it: renewed through
+    its guard every ``ttl / 3`` seconds by the store's one renewal thread (``renewals``), which
+    renews every lease this process holds through that store. If renewal is refused, ``lost``
+    is set; the next check, save or ledger write is refused anyway."""
 
     def __init__(self, guard: LeaseGuard) -> None:
         self.guard = guard
         self.store = guard.store
         self.ttl = guard.ttl
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"unbroken-heartbeat-{guard.run_id}", daemon=True)
 
     @property
     def lease(self) -> Lease:
@@ -140,21 +138,11 @@ class Heartbeat:
         return self.guard.lost
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        renewals_of(self.store).add(self.guard)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.ttl / 3):
-            try:
-                self.guard.renew()
-            except (LeaseLost, StoreDataLost):  # for good: the next check or save raises it
-                return
-            except Exception:  # the store is briefly unreachable: try again at the next beat
-                continue
+        renewals_of(self.store).remove(self.guard)
 
 
 def release(guard: LeaseGuard) -> None:

@@ -13,6 +13,13 @@ back whole and ``BatchFailed`` tells every save to be sent again alone, to get i
 or its own error. A lost connection (``OperationalError``) is the caller's ``_run`` retry: the
 batch is sent again with ``retried``, and a save whose statement now finds nothing to do checks
 whether the lost attempt wrote it, as a save alone does.
+
+A batch whose saves all have no ledger entry (most saves) is one statement instead
+(``append_batch``: the saves' values as arrays, ``RETURNING`` the runs written), sent in a
+pipeline of its own so the commit still comes after a crash point: one statement to parse, bind
+and run on the server instead of one per save plus ``BEGIN`` and ``COMMIT``, and one ``execute``
+in the client instead of the pipeline's per-statement work (the same answers, the same rollback
+of the whole batch when it raises).
 """
 
 from __future__ import annotations
@@ -25,10 +32,16 @@ import psycopg
 from .. import crashpoints
 from ._pg_group_commit import Pending
 
-__all__ = ["BatchFailed", "send_batch"]
+__all__ = ["BATCH_COLUMNS", "BatchFailed", "send_batch"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 AlreadyWritten = Callable[[Conn, Any, "int | None"], bool]
+
+BATCH_COLUMNS = (
+    "run_id", "seq", "expect_seq", "fence", "label", "snapshot", "body", "checksum",
+    "task", "phase", "turns", "tokens_used", "updated_at",
+)  # fmt: skip
+"""The parameters of ``append_batch``: each one the list of that value of every save."""
 
 
 class BatchFailed(Exception):
@@ -41,9 +54,15 @@ def send_batch(
     retried: bool,
     cursor: psycopg.Cursor[tuple[Any, ...]],
     already_written: AlreadyWritten,
+    one_statement: tuple[bytes, bytes] | None = None,
 ) -> None:
     """Send ``batch`` in one transaction on ``conn`` (autocommit) and answer each save.
-    ``cursor`` (of ``conn``) serves the first statement's saves."""
+    ``cursor`` (of ``conn``) serves the first statement's saves. ``one_statement``: (the
+    statement of a save without ledger entries, ``append_batch``): a batch of such saves only
+    goes as that one statement."""
+    if one_statement is not None and all(pending.statement == one_statement[0] for pending in batch):
+        _send_as_one(conn, batch, retried, cursor, already_written, one_statement[1])
+        return
     groups: dict[bytes, list[Pending]] = {}
     for pending in batch:
         crashpoints.hit("postgres.before_append")
@@ -66,3 +85,30 @@ def send_batch(
                 cur.nextset()
             pending.written = cur.rowcount == 1 or (retried and already_written(conn, pending.save, pending.fence))
             pending.done = True
+
+
+def _send_as_one(
+    conn: Conn,
+    batch: list[Pending],
+    retried: bool,
+    cursor: psycopg.Cursor[tuple[Any, ...]],
+    already_written: AlreadyWritten,
+    statement: bytes,
+) -> None:
+    params: dict[str, list[Any]] = {column: [] for column in BATCH_COLUMNS}
+    for pending in batch:
+        crashpoints.hit("postgres.before_append")
+        for column, values in params.items():
+            values.append(pending.params[column])
+    try:
+        with conn.pipeline():  # the statement, then its commit at the sync: a crash point between
+            cursor.execute(statement, params)
+            crashpoints.hit("postgres.group_commit")  # the statement sent, the commit not yet
+        written = {row[0] for row in cursor.fetchall()}
+    except psycopg.OperationalError:
+        raise
+    except psycopg.Error as exc:
+        raise BatchFailed(str(exc)) from exc
+    for pending in batch:
+        pending.written = pending.key in written or (retried and already_written(conn, pending.save, pending.fence))
+        pending.done = True

@@ -117,6 +117,10 @@ def _load_queries() -> dict[str, str]:
 Q = _load_queries()
 _APPEND_RECORD = Q["append_record"].encode()
 _APPEND_WITH_LEDGER = Q["append"].encode()
+_APPEND_BATCH = Q["append_batch"].encode()
+_ONE_STATEMENT = True
+_ONE_BATCH = (_APPEND_RECORD, _APPEND_BATCH)
+"""A group commit's batch of saves without ledger entries goes as one statement (``_pg_batch``)."""
 """The save statements as bytes, made once: psycopg takes them as they are, where a str would be
 encoded again, and its statement cache key hashed again, at every save (~2 KB each)."""
 
@@ -508,7 +512,14 @@ class PostgresBackend(QueueBackend):
             return
         try:
             self._run(
-                lambda conn, retried: send_batch(conn, batch, retried, _saving_cursor(conn), self._already_written)
+                lambda conn, retried: send_batch(
+                    conn,
+                    batch,
+                    retried,
+                    _saving_cursor(conn),
+                    self._already_written,
+                    _ONE_BATCH if _ONE_STATEMENT else None,
+                )
             )
         except BatchFailed:
             for pending in batch:

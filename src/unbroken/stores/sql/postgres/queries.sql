@@ -257,3 +257,30 @@ SELECT current_setting('fsync'), current_setting('synchronous_commit');
 -- Opening a store in one round trip: the newest migration applied (an error when the schema has
 -- none: the store then runs migrate) and what an acknowledged save depends on.
 SELECT (SELECT max(version) FROM unbroken_migrations), current_setting('fsync'), current_setting('synchronous_commit')
+
+-- name: append_batch
+-- Saves of different runs (group commit, ``_pg_batch``), each without ledger entries, as one
+-- statement, hence one transaction: each run's head advances if it is still at that save's
+-- expect_seq under its fence, and only then is that save's record written, as ``append_record``
+-- does for one save. RETURNING says which saves were written (the others changed nothing).
+-- The arrays go in binary (%(x)b): a text array would escape every quote of every body.
+-- The saves come sorted by run id and are joined in that order, so batches lock the runs they
+-- share in one order.
+WITH given AS (
+    SELECT * FROM unnest(%(run_id)b::text[], %(seq)b::bigint[], %(expect_seq)b::bigint[], %(fence)b::bigint[],
+                         %(label)b::text[], %(snapshot)b::boolean[], %(body)b::text[], %(checksum)b::text[],
+                         %(task)b::text[], %(phase)b::text[], %(turns)b::integer[], %(tokens_used)b::bigint[],
+                         %(updated_at)b::double precision[])
+        AS g(run_id, seq, expect_seq, fence, label, snapshot, body, checksum, task, phase, turns, tokens_used,
+             updated_at)
+), advanced AS (
+    UPDATE unbroken_runs AS r
+       SET head_seq = g.seq, task = CASE WHEN r.task IS DISTINCT FROM g.task THEN g.task ELSE r.task END,
+           phase = g.phase, turns = g.turns, tokens_used = g.tokens_used, updated_at = g.updated_at
+      FROM given AS g
+     WHERE r.run_id = g.run_id AND r.head_seq = g.expect_seq AND (g.fence IS NULL OR r.fence = g.fence)
+    RETURNING g.run_id, g.seq, g.label, g.snapshot, g.body, g.checksum
+)
+INSERT INTO unbroken_records (run_id, seq, label, snapshot, body, checksum)
+SELECT run_id, seq, label, snapshot, body, checksum FROM advanced
+RETURNING run_id
