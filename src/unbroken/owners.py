@@ -51,6 +51,16 @@ _in_use: Counter[str] = Counter()  # owner -> calls of this process holding a le
 _acting: Counter[tuple[str, str]] = Counter()  # (owner, run_id) -> tools of ours that may still act
 
 
+def _forked() -> None:
+    """In a forked child: a lock another thread of the parent held at the fork stays held forever."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
 def _proc_stat(pid: int) -> tuple[str, str] | None:
     """(state letter, start time in clock ticks since boot) of ``pid`` from /proc, or None."""
     try:
@@ -81,6 +91,28 @@ def make_owner() -> str:
     stat = _proc_stat(pid)
     start = stat[1] if stat else "0"
     return f"{_HOST}:{pid}:{start}:{os.urandom(4).hex()}:{_boot_id()}:{_pid_namespace()}"
+
+
+class ProcessOwner:
+    """An owner name that always names the process using it: made at first, and made again in a
+    child forked after it (a pre-forking server builds its ``Agent``, then forks its workers).
+    A name made in the parent names the parent's pid and start time: a worker holding a run
+    under it would be judged by the parent's life, so proven dead (and its run taken over while
+    it still acts) once the parent exits or its pid is reused, and alive long after the worker
+    itself died. Each forked child gets a name of its own, and two children never share one."""
+
+    def __init__(self) -> None:
+        self._made: tuple[int, str] = (os.getpid(), make_owner())
+
+    @property
+    def name(self) -> str:
+        pid, name = self._made
+        if pid == os.getpid():
+            return name
+        with _lock:  # once per forked child (two threads of it must not get two names)
+            if self._made[0] != os.getpid():
+                self._made = (os.getpid(), make_owner())
+            return self._made[1]
 
 
 def _local_pid(owner: str) -> tuple[int, str] | None:

@@ -167,11 +167,7 @@ class Agent:
         """Callables given every event of a run (``unbroken.hooks``); a hook that raises is logged."""
         self.resources: Mapping[str, Opener] = MappingProxyType(dict(resources or {}))
         """Openers by descriptor kind: ``resource(name)`` reopens business_state[name] (``unbroken.resources``)."""
-        self.owner = make_owner()
-        """This agent's own lease owner name, under which a ``Worker`` claims runs (and then passes
-        it: ``run(owner=agent.owner)`` re-enters that claim). A ``run``/``arun`` call without
-        ``owner`` takes the lease under a name of its own, so two callers in one process on one
-        run are refused like two processes (``LeaseHeld``), never handed the same live lease."""
+        self._owner = owners.ProcessOwner()
         self.migrations = MIGRATIONS
         self.stop_requested = threading.Event()
         """The default stop signal: set it from any thread to make a run stop right after its next
@@ -185,6 +181,16 @@ class Agent:
                 "things (store, owner, stop) to run()/arun()"
             )
         object.__setattr__(self, name, value)
+
+    @property
+    def owner(self) -> str:
+        """This agent's own lease owner name in this process, under which a ``Worker`` claims
+        runs (and then passes it: ``run(owner=agent.owner)`` re-enters that claim). It names
+        the process that reads it: a child forked after the agent was built gets a name of its
+        own (``owners.ProcessOwner``). A ``run``/``arun`` call without ``owner`` takes the lease
+        under a name of its own, so two callers in one process on one run are refused like two
+        processes (``LeaseHeld``), never handed the same live lease."""
+        return self._owner.name
 
     def replace(self, **changes: Any) -> Agent:
         """A new Agent like this one with ``changes`` (any constructor argument)."""

@@ -9,6 +9,7 @@ The probe reads that file truthfully. ``--pause`` says where and how this proces
   test writes a byte; no signal is involved, the heartbeat thread simply cannot run;
 * ``tool-sigstop``: inside the tool, after the engine's check and before the charge;
 * ``tool-wait``: inside the tool, waits (GIL released, heartbeat running) for ``<charges>.go``.
+* ``charged-wait``: the same, but right after the charge (done, not yet recorded).
 * ``tool-hold``: inside the tool, waits for ``<charges>.tool-go`` before charging (with
   ``--tool-timeout`` the tool runs in its own thread, so a Ctrl-C or a SIGTERM handler's
   ``sys.exit`` lands in the driver). Once interrupted, it runs the run again at once, writes
@@ -73,7 +74,9 @@ def main() -> int:
     parser.add_argument("--name", required=True)
     parser.add_argument("--ttl", type=float, default=1.0)
     parser.add_argument(
-        "--pause", choices=["none", "sigstop", "gil", "tool-sigstop", "tool-wait", "tool-hold"], default="none"
+        "--pause",
+        choices=["none", "sigstop", "gil", "tool-sigstop", "tool-wait", "tool-hold", "charged-wait"],
+        default="none",
     )
     parser.add_argument("--tool-timeout", type=float, default=None, help="the charge tool's timeout")
     parser.add_argument("--arun", action="store_true", help="drive the run with Agent.arun")
@@ -95,6 +98,14 @@ def main() -> int:
         help="open the store, read it, write <charges>.<name>.opened, then wait for <charges>.<name>.go-on",
     )
     parser.add_argument("--elsewhere", action="store_true", help="hold the run under an owner name of another host")
+    parser.add_argument("--forked", action="store_true", help="run in a forked child under agent.owner")
+    parser.add_argument(
+        "--owner-form",
+        choices=["current", "no-start", "legacy"],
+        default="current",
+        help="hold the run under this process's name without its start time (0, as written when /proc "
+        "could not be read) or in the older 4-part form host:pid:start:nonce",
+    )
     args = parser.parse_args()
     charges = Path(args.charges)
     marker = Path(f"{charges}.{args.name}")
@@ -139,6 +150,10 @@ def main() -> int:
             out.write(call.idempotency_key + "\n")
             out.flush()
             os.fsync(out.fileno())
+        if args.pause == "charged-wait":
+            mark("paused")
+            while not Path(f"{charges}.go").exists():
+                time.sleep(0.02)
         return f"charged {cents}"
 
     if args.pause in ("sigstop", "gil"):
@@ -150,6 +165,23 @@ def main() -> int:
     # Another host's name: nothing about this holder can be proven here (alive or dead), as
     # for a holder on another machine; the lease's expiry and the fence are all there is.
     owner = make_owner().replace(socket.gethostname(), "elsewhere", 1) if args.elsewhere else None
+    if args.owner_form != "current":
+        host, pid, start, nonce, boot, namespace = make_owner().split(":")
+        owner = (
+            f"{host}:{pid}:0:{nonce}:{boot}:{namespace}"
+            if args.owner_form == "no-start"
+            else f"{host}:{pid}:{start}:{nonce}"
+        )
+    if args.forked:
+        # As a pre-forking server does: the agent is built, then a forked child runs the run
+        # under the agent's owner name (as a Worker does); the parent waits for the test to
+        # touch <charges>.<name>.orphan and exits, leaving its child running.
+        if os.fork() != 0:
+            while not Path(f"{marker}.orphan").exists():
+                time.sleep(0.02)
+            os._exit(0)
+        Path(f"{marker}.pid").write_text(str(os.getpid()))
+        owner = agent.owner
 
     def run_once() -> dict[str, Any]:
         try:
@@ -200,8 +232,10 @@ def switch_fencing_off(parts: str) -> set[str]:
     predecessor gave the run up, even when an older holder started it), ``acting`` (a tool left
     running by its interrupted call is not counted: the lease is released at once),
     ``service-clock`` (S3: the service's clock is this machine's wall clock plus an offset read
-    once, at open), ``boot-clock`` (SQLite, the file store: leases judged on the wall clock).
-    Returns the parts switched off."""
+    once, at open), ``boot-clock`` (SQLite, the file store: leases judged on the wall clock),
+    ``start-time`` (a holder on this host is judged by its pid alone: a pid that runs is that
+    holder, whatever its start time), ``unreadable-start`` (a holder whose start time cannot be
+    read, hidden /proc or a name without one, counts as gone). Returns the parts switched off."""
     from unbroken import fencing, leases, owners
 
     checked_acting = fencing.LeaseGuard.acting
@@ -253,6 +287,32 @@ def switch_fencing_off(parts: str) -> set[str]:
         fencing.LeaseGuard.started_before_predecessor = lambda self, entry: False  # type: ignore[method-assign]
     if "owner" in off:
         leases.owner_is_dead = pid_only_is_dead
+    if "start-time" in off:
+
+        def pid_only_state(pid: int, start: str) -> str:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return "gone"
+            stat = owners._proc_stat(pid)
+            return "gone" if stat is not None and stat[0] in ("Z", "X") else "alive"
+
+        owners._process_state = pid_only_state
+    if "unreadable-start" in off:
+        checked_state, checked_local = owners._process_state, owners._local_pid
+
+        def unreadable_is_gone(pid: int, start: str) -> str:
+            state = checked_state(pid, start)
+            return "gone" if state == "unknown" or start == "0" else state
+
+        def any_start(owner: str) -> tuple[int, str] | None:
+            parts = owner.split(":")
+            if len(parts) == 6 and parts[2] == "0":
+                return int(parts[1]), "0"
+            return checked_local(owner)
+
+        owners._process_state = unreadable_is_gone
+        owners._local_pid = any_start
     return off
 
 

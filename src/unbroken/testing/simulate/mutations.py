@@ -159,6 +159,14 @@ def one_judging() -> AbstractContextManager[None]:
     return _patched(leases, "_JUDGINGS", 1)
 
 
+def pid_only() -> AbstractContextManager[None]:
+    """A holder on this host is judged by its pid alone (``owners._process_state`` without the
+    start time): a dead holder whose pid another program got counts as alive, and blocks the run."""
+    from . import world
+
+    return _patched(world, "COMPARE_START_TIMES", False)
+
+
 MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "lease_check": no_lease_check,
     "grace": no_grace,
@@ -171,6 +179,7 @@ MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "fence_floor": fences_from_nothing,
     "record_seq_check": no_record_seq_check,
     "judge_again": one_judging,
+    "start_time": pid_only,
 }
 """Each switched-off defence, by name."""
 

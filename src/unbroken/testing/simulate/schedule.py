@@ -29,6 +29,7 @@ Kind = Literal[
     "lose",
     "evict",
     "move",
+    "reuse",
 ]
 KINDS: tuple[str, ...] = get_args(Kind)
 POINTS = ("step", "in_tool", "after_tool")

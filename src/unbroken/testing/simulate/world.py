@@ -35,6 +35,9 @@ from .services import make_services, make_tools
 
 STOPPED = TERMINAL_PHASES | {"paused"}
 MAX_NESTING = 2
+COMPARE_START_TIMES = True
+"""A holder's pid is judged with the start time in its name (``owners``); the ``start_time``
+mutation judges it by its pid alone."""
 """How deep delayed store calls may nest (a delay inside what happens during a delay)."""
 
 
@@ -106,6 +109,8 @@ class World:
         self.store = store
         self.now = EPOCH
         self.owners: dict[str, tuple[SimProcess, int]] = {}
+        self.strangers: dict[tuple[str, int], int] = {}
+        """(host, pid) -> start time of programs that are not the world's, given a dead process's pid."""
         self.graveyard: list[tuple[contextvars.Context, Generator[str, None, None]]] = []
         """Killed processes' generators: kept, so that no ``finally`` of theirs runs while the world does."""
         self.stack: list[SimProcess] = []
@@ -247,7 +252,13 @@ class World:
             raise Killed(label)
 
     def owner_is_dead(self, owner: str) -> bool:
-        """The world's answer to ``leases.owner_is_dead``: provable only on the same host."""
+        """The world's answer to ``leases.owner_is_dead``: provable only on the same host, where
+        the name's pid is looked up with its start time (``owners``)."""
+        return self._dead(owner, truth=False)
+
+    def _dead(self, owner: str, *, truth: bool) -> bool:
+        """Whether ``owner`` is dead: as judged from its name's pid and start time, or (``truth``)
+        as the world knows it (the very process and incarnation that made the name)."""
         known = self.owners.get(owner)
         asking = self.current()
         if known is None or asking is None:
@@ -257,7 +268,20 @@ class World:
             return True  # a call of a live process that has ended, nothing of it acting (owners.mark_ended)
         if process.host != asking.host:
             return False
-        return process.dead or process.incarnation != incarnation
+        if truth:
+            return process.dead or process.incarnation != incarnation
+        return not self._pid_runs(owner)
+
+    def _pid_runs(self, owner: str) -> bool:
+        """A process of the name's host runs with the name's pid and (``COMPARE_START_TIMES``) its
+        start time: one of the world's, or a stranger that was given a dead one's pid (``reuse``)."""
+        host, pid, start = owner.split(":")[:3]
+        running = [(p.host, p.pid, p.pid * 7) for p in self.processes if not p.dead]
+        running += [(where, number, began) for (where, number), began in self.strangers.items()]
+        return any(
+            (where, str(number)) == (host, pid) and (str(began) == start or not COMPARE_START_TIMES)
+            for where, number, began in running
+        )
 
     def owner_is_alive(self, owner: str) -> bool:
         """The world's answer to ``owners.owner_is_alive``, provable only on the same host: another
@@ -268,8 +292,8 @@ class World:
         asking = self.current()
         if known is None or asking is None:
             return False
-        process, incarnation = known
-        if process.host != asking.host or process.dead or process.incarnation != incarnation:
+        process, _ = known
+        if process.host != asking.host or not self._pid_runs(owner):
             return False
         if process is not asking:
             return True
@@ -312,7 +336,7 @@ class World:
         head = self.store.head_of(run_id)
         if head is None or head.owner is None or head.expires_at <= self.store_now():
             return
-        if self.owner_is_dead(head.owner):
+        if self._dead(head.owner, truth=True):
             self.journal.blocked.append(
                 f"p{process.index} was refused {run_id} at {self.now - EPOCH:.1f}s: its holder {head.owner} is "
                 f"dead (for {head.expires_at - self.store_now():.1f}s more)"
@@ -434,6 +458,10 @@ class World:
             self.arm(action.process, primitive, fault, action.number)
         elif kind == "clock":
             process.clock.wall_offset += action.number
+        elif kind == "reuse" and process.dead and (process.host, process.pid) not in self.strangers:
+            # Another program gets the dead process's pid: it runs, with another start time.
+            self.strangers[(process.host, process.pid)] = process.pid * 7 + 1
+            self.journal.trace.append(f"p{process.index}'s pid {process.pid} reused by another program")
         elif kind == "lose_reply" and action.detail in self.services:
             self.services[action.detail].lose_next_reply = True
 
