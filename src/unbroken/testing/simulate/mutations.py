@@ -154,6 +154,13 @@ def one_judging() -> AbstractContextManager[None]:
     return _patched(leases, "_JUDGINGS", 1)
 
 
+def unbound_records() -> AbstractContextManager[None]:
+    """``acceptance.run_seed`` is 0 for every run: records are written with the plain CRC-32 and
+    read as a run written before records were bound to their run, so a delta of another run
+    copied over the same save at the same message position is folded into this run."""
+    return _patched(acceptance, "_BIND_RECORDS", False)
+
+
 MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "lease_check": no_lease_check,
     "grace": no_grace,
@@ -166,6 +173,7 @@ MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "fence_floor": fences_from_nothing,
     "record_seq_check": no_record_seq_check,
     "judge_again": one_judging,
+    "run_binding": unbound_records,
 }
 """Each switched-off defence, by name."""
 
