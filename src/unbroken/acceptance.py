@@ -174,6 +174,8 @@ def _problem(seq: int, body: str | bytes, check: str, current: int, seed: int = 
             value = None
         if isinstance(value, dict) and "enc" in value and "v" not in value:
             return _shape_problem(value, seq, current)  # a sealed envelope: bound by its own associated data
+        if isinstance(value, dict) and type(value.get("v")) is int and value["v"] > current:
+            return _shape_problem(value, seq, current)  # a newer schema: IncompatibleSchema, not damage
         return "checksum is not bound to this run, after records that are (a record copied from another run)"
     try:
         value = loads(raw)
