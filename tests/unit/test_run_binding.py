@@ -103,3 +103,13 @@ def test_a_segment_packed_before_reads_sealed_until_a_bound_record() -> None:
 
 def test_the_binding_is_on() -> None:
     assert acceptance._BIND_RECORDS is True
+
+
+def test_a_damaged_record_of_a_run_written_before_is_named_as_before() -> None:
+    # A plain record whose checksum holds but whose seq is not its place: "claims seq", not a
+    # checksum problem (the rule of records written before judged it).
+    with MUTATIONS["run_binding"]():
+        plain = saves("run-old", 3)
+    moved = StoredRecord(3, plain[1].body, plain[1].checksum)
+    with pytest.raises(CorruptCheckpoint, match="record 3 of run 'run-old' is damaged: record claims seq 2"):
+        decode("run-old", [*plain[:2], moved])
