@@ -71,6 +71,13 @@ class ZombieWorld:
         outcome: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return outcome
 
+    def ready(self, name: str, *args: str) -> subprocess.Popen[str]:
+        """A process started, its store open, waiting for ``<charges>.<name>.go-on``: its start-up
+        (seconds on a loaded machine) is not spent inside a grace it is meant to be tested in."""
+        process = self.start(name, *args, "--wait-after-open")
+        self.wait_for(name, "opened", process)
+        return process
+
     def charge_while_stopped(
         self, first: subprocess.Popen[str], name: str, taker: subprocess.Popen[str]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -162,8 +169,9 @@ def frozen_inside_the_tool(world: ZombieWorld) -> tuple[dict[str, Any], dict[str
     first = world.start("first", "--elsewhere", "--pause", "tool-sigstop", "--ttl", "1")
     world.wait_for("first", "paused", first)
     world.wait_stopped(first)
+    taker = world.ready("second", "--ttl", "3", "--stop-after-probe")
     world.wait_lease_expired()
-    taker = world.start("second", "--ttl", "3", "--stop-after-probe")
+    world.marker("second", "go-on").touch()
     return world.charge_while_stopped(first, "second", taker)
 
 
@@ -181,5 +189,6 @@ def frozen_then_a_middle_holder_dies(world: ZombieWorld) -> tuple[dict[str, Any]
     world.wait_for("middle", "probed", middle)  # it now waits out the first's grace (5 s)
     middle.kill()
     middle.communicate()
-    third = world.start("third", "--ttl", "1.5", "--stop-after-probe")
+    third = world.ready("third", "--ttl", "1.5", "--stop-after-probe")
+    world.marker("third", "go-on").touch()
     return world.charge_while_stopped(first, "third", third)
