@@ -57,27 +57,87 @@ not decrypt, a segment index that does not read) hands it on with ``REFUSED`` + 
 place of its checksum: ``accept`` then refuses it with that reason, as that record's damage."""
 
 
-def checksum(body: str | bytes) -> str:
-    """CRC-32 of a record's UTF-8 bytes, as 8 hex digits."""
-    return zlib.crc32(body.encode() if isinstance(body, str) else body).to_bytes(4, "big").hex()  # (~2x an f-string's)
+def checksum(body: str | bytes | memoryview, seed: int = 0) -> str:
+    """CRC-32 of a record's UTF-8 bytes, as 8 hex digits; from ``seed`` (a run's ``run_seed``:
+    the record is bound to that run), or from 0 (the plain CRC-32 of records written before)."""
+    data = body.encode() if isinstance(body, str) else body
+    return zlib.crc32(data, seed).to_bytes(4, "big").hex()  # (~2x an f-string's)
 
 
-def accept(seq: int, body: str | bytes, check: str, current: int) -> dict[str, Any]:
+_BIND_RECORDS = True
+"""Whether records are bound to their run (``run_seed``). Only the simulator's mutation
+``run_binding`` turns it off, to show what the binding catches."""
+
+
+def run_seed(run_id: str) -> int:
+    """The CRC-32 every record checksum of run ``run_id`` starts from: that of ``unbroken run``
+    NUL run id NUL (UTF-8), so a record's checksum is the CRC-32 of those bytes followed by its
+    body. A record copied into another run fails its check there, with no byte more stored."""
+    if not _BIND_RECORDS:
+        return 0
+    return zlib.crc32(b"unbroken run\0%s\0" % run_id.encode("utf-8", "surrogatepass"))
+
+
+def accept(seq: int, body: str | bytes, check: str, current: int, seed: int = 0) -> dict[str, Any]:
     """Save record ``seq`` parsed, if it is acceptable: at most ``MAX_RECORD_BYTES``, its CRC-32
-    is ``check``, it is JSON and has the shape of ``RECORD_SHAPE`` at a schema version up to
-    ``current``. Raises ``ValueError`` saying what is wrong, or ``IncompatibleSchema`` for a
-    record from a newer schema."""
+    from ``seed`` is ``check``, it is JSON and has the shape of ``RECORD_SHAPE`` at a schema
+    version up to ``current``. Raises ``ValueError`` saying what is wrong, or
+    ``IncompatibleSchema`` for a record from a newer schema. A run's reader calls it through
+    ``RunRecords``, which knows which seed a record of the run must have."""
     if len(body) <= MAX_RECORD_BYTES:
         # The fast path, for the intact record (20,000 of them in a long resume).
         try:  # (a str with a lone surrogate cannot be encoded: judged by _problem)
             raw = body if type(body) is bytes else body.encode()  # type: ignore[union-attr]
-            if f"{zlib.crc32(raw):08x}" == check:
+            if f"{zlib.crc32(raw, seed):08x}" == check:
                 value = loads(raw)
                 if intact(value, seq, current):
                     return value  # type: ignore[no-any-return]
         except (ValueError, RecursionError):
             pass
-    raise ValueError(_problem(seq, body, check, current))
+    raise ValueError(_problem(seq, body, check, current, seed))
+
+
+class RunRecords:
+    """The checksum rule of one run's records, read in seq order (docs/format.md, "Checksums").
+    A record's checksum starts from the run's seed (``run_seed``): one copied from another run
+    fails it. Records written before runs were bound (plain CRC-32) are accepted until the
+    run's first bound record; every record after a bound one must be bound, so a plain record
+    copied into a run written by this version is refused. Not for sharing between runs."""
+
+    __slots__ = ("plain", "seed")
+
+    def __init__(self, run_id: str) -> None:
+        self.seed = run_seed(run_id)
+        self.plain = True
+        """No bound record read yet: a plain one is still a record written before."""
+
+    def accept(self, seq: int, body: str | bytes, check: str, current: int) -> dict[str, Any]:
+        """``acceptance.accept`` under the run's rule; raises as it does."""
+        if self.plain and self.seed:
+            try:  # an old run's records are plain: its reads pay one CRC a record
+                return accept(seq, body, check, current)
+            except ValueError:
+                if _crc_is(body, check, 0):
+                    raise  # a plain record, damaged otherwise: named as such
+            value = accept(seq, body, check, current, self.seed)
+            self.plain = False
+            return value
+        return accept(seq, body, check, current, self.seed)
+
+    def matches(self, body: bytes | memoryview, check: str) -> bool:
+        """Whether ``body``'s checksum under the run's rule is ``check`` (the CRC only), as
+        ``accept`` judges it (a reader that parses many records at once)."""
+        if f"{zlib.crc32(body, self.seed):08x}" == check:
+            self.plain = False
+            return True
+        return self.plain and f"{zlib.crc32(body):08x}" == check
+
+
+def _crc_is(body: str | bytes, check: str, seed: int) -> bool:
+    try:
+        return checksum(body, seed) == check
+    except UnicodeEncodeError:  # (a lone surrogate: no record's text)
+        return False
 
 
 def accept_parsed(value: object, seq: int, current: int) -> dict[str, Any]:
@@ -135,7 +195,7 @@ def intact_run(values: list[Any], first: int, version: int) -> bool:
     return True
 
 
-def _problem(seq: int, body: str | bytes, check: str, current: int) -> str:
+def _problem(seq: int, body: str | bytes, check: str, current: int, seed: int = 0) -> str:
     """What is wrong with a record ``accept`` refused (raises ``IncompatibleSchema`` for a newer one)."""
     if check.startswith(REFUSED):
         return check[len(REFUSED) :]
@@ -145,8 +205,22 @@ def _problem(seq: int, body: str | bytes, check: str, current: int) -> str:
         raw = body if isinstance(body, bytes) else body.encode()
     except UnicodeEncodeError:
         return "record is not UTF-8 text"
-    if checksum(raw) != check:
-        return "checksum mismatch (torn or corrupted write)"
+    if checksum(raw, seed) != check:
+        if not seed:
+            return "checksum mismatch (torn or corrupted write)"
+        if checksum(raw) != check:
+            return "checksum mismatch (torn or corrupted write, or a record of another run)"
+        if raw.startswith(SEALED_RAW):  # a sealed record: bound by its own associated data
+            raise _key_missing(seq, "A256GCM")
+        try:
+            value = loads(raw)
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, dict) and "enc" in value and "v" not in value:
+            return _shape_problem(value, seq, current)  # a sealed envelope: bound by its own associated data
+        if isinstance(value, dict) and type(value.get("v")) is int and value["v"] > current:
+            return _shape_problem(value, seq, current)  # a newer schema: IncompatibleSchema, not damage
+        return "checksum is not bound to this run, after records that are (a record copied from another run)"
     if raw.startswith(SEALED_RAW):
         raise _key_missing(seq, "A256GCM")
     try:
@@ -451,10 +525,12 @@ __all__ = [
     "RECORD_SHAPE",
     "REQUIRED_FIELDS",
     "SEALED_RAW",
+    "RunRecords",
     "accept",
     "accept_fields",
     "accept_parsed",
     "accept_segment",
     "checksum",
     "loads",
+    "run_seed",
 ]

@@ -28,7 +28,7 @@ import orjson
 
 from ._plain import Frozen, Plain
 from .acceptance import MAX_RECORD_BYTES as MAX_RECORD_BYTES  # (re-exported: stores and tests use them)
-from .acceptance import SEALED_RAW, accept, accept_fields, accept_parsed, fields_intact
+from .acceptance import SEALED_RAW, RunRecords, accept_fields, accept_parsed, fields_intact, run_seed
 from .acceptance import checksum as checksum
 from .acceptance import loads as loads
 from .errors import CorruptCheckpoint, EncryptionKeyMissing, IncompatibleSchema, NotJSONValue, UnloadableState
@@ -222,17 +222,23 @@ class PackedRecords(Frozen):
             offset += length + 1
         return records
 
-    def parse(self, current: int) -> list[Any] | None:
-        """The parsed records if every checksum, seq and shape is right; None otherwise."""
+    def parse(self, current: int, run: RunRecords) -> list[Any] | None:
+        """The parsed records if every checksum (under ``run``'s rule), seq and shape is right;
+        None otherwise."""
         index = self.index
         if not index or any(seq != index[0][0] + i for i, (seq, _, _) in enumerate(index)):
             return None
         if len(self.buffer) != sum(length for _, _, length in index) + len(index) + 1:
             return None
-        view, offset, crc = memoryview(self.buffer), 1, zlib.crc32
+        view, offset, crc, seed = memoryview(self.buffer), 1, zlib.crc32, run.seed
         for _, check, length in index:
-            if length > MAX_RECORD_BYTES or f"{crc(view[offset : offset + length]):08x}" != check:
+            if length > MAX_RECORD_BYTES:
                 return None
+            if f"{crc(view[offset : offset + length], seed):08x}" != check:
+                if not run.matches(view[offset : offset + length], check):  # (a record written before)
+                    return None
+            else:
+                run.plain = False
             offset += length + 1
         try:
             values = loads(self.buffer)
@@ -330,19 +336,24 @@ def segment_index(index_text: bytes, first: int, last: int, size: int) -> list[t
     return list(zip(range(first, last + 1), checks, lengths, strict=True))
 
 
-def segment_seal(index_text: bytes, bodies: bytes) -> str:
-    """The seal of a segment: XXH3-64 of its index text, then its bodies (``segment_read.seal``)."""
+def segment_seal(index_text: bytes, bodies: bytes, seed: int = 0) -> str:
+    """The seal of a segment: XXH3-64 from ``seed`` (its run's ``run_seed``; 0 before segments
+    were bound to their run) of its index text, then its bodies (``segment_read.seal``)."""
     from .segment_read import seal
 
-    return seal(index_text, bodies)
+    return seal(index_text, bodies, seed)
 
 
-def pack_records(records: Sequence[StoredRecord], current: int = SCHEMA_VERSION) -> tuple[Segment, list[int]] | None:
-    """A segment of the longest run of ``records`` (consecutive seqs from the first) that pass
-    every record check (size, checksum, parse, shape: ``acceptance.accept``), and the seqs of the
-    snapshots in it; None if the first does not. A damaged record is never packed: it stays
-    where it is, so it is reported as itself, and so is everything after it."""
+def pack_records(
+    run_id: str, records: Sequence[StoredRecord], current: int = SCHEMA_VERSION
+) -> tuple[Segment, list[int]] | None:
+    """A segment of the longest run of ``records`` (consecutive seqs from the first) of run
+    ``run_id`` that pass every record check (size, checksum under the run's rule, parse, shape:
+    ``acceptance.RunRecords``), and the seqs of the snapshots in it; None if the first does not.
+    A damaged record is never packed: it stays where it is, so it is reported as itself, and so
+    is everything after it. The segment's seal is bound to the run as its records are."""
     kept: list[tuple[int, str, bytes, bool]] = []
+    run = RunRecords(run_id)
     for record in records:
         if kept and record.seq != kept[-1][0] + 1:
             break
@@ -353,7 +364,7 @@ def pack_records(records: Sequence[StoredRecord], current: int = SCHEMA_VERSION)
             except UnicodeEncodeError:  # a lone surrogate: not a record anyone could read
                 break
         try:
-            snapshot = is_snapshot(accept(record.seq, body, record.checksum, current))
+            snapshot = is_snapshot(run.accept(record.seq, body, record.checksum, current))
         except EncryptionKeyMissing:  # a sealed record (stores.encrypted) intact as stored: packed as it is
             snapshot = body[len(SEALED_RAW)] == 1 if body.startswith(SEALED_RAW) else is_snapshot(loads(body))
         except (ValueError, IncompatibleSchema):
@@ -370,7 +381,7 @@ def pack_records(records: Sequence[StoredRecord], current: int = SCHEMA_VERSION)
     }
     index_text = _orjson_dumps(index)
     bodies = b"[" + b",".join(body for _, _, body, _ in kept) + b"]"
-    segment = Segment(kept[0][0], kept[-1][0], index_text, bodies, segment_seal(index_text, bodies))
+    segment = Segment(kept[0][0], kept[-1][0], index_text, bodies, segment_seal(index_text, bodies, run.seed))
     return segment, snapshots
 
 
@@ -418,6 +429,8 @@ class Encoder:
         self._cold: bytes | None = None  # the cold fields' text (``_cold_text``) of the last ``_texts``
         self._pending_cold: bytes | None = None
         self._saved_cold: bytes | None = None  # ... of the state whose texts are ``_saved_fields``
+        self._seed: tuple[str, int] = ("", 0)
+        """The run whose records this encoder writes and its ``run_seed`` (computed once a run)."""
 
     def _field_texts(self, state: RunState, previous: dict[str, str] | None = None) -> dict[str, str]:
         return self._texts(state, previous)[0]
@@ -616,8 +629,11 @@ class Encoder:
             )
         if account:
             body = with_account(body, account)
+        run_id, seed = self._seed
+        if run_id is not state.run_id and run_id != state.run_id:
+            self._seed = (state.run_id, seed := run_seed(state.run_id))
         try:
-            check = checksum(body)
+            check = checksum(body, seed)  # bound to its run: a copy in another run fails its check
         except UnicodeEncodeError:  # a lone surrogate in a str field: no UTF-8 record can hold it
             raise UnloadableState(
                 f"save {state.save_seq} of run {state.run_id!r} was refused before it was written: it holds "
@@ -1170,7 +1186,7 @@ def _decode(
     fast: list[dict[str, JSONValue]] | None = None
     records: Iterable[StoredRecord | Segment]
     if isinstance(source, PackedRecords):
-        fast = source.parse(migrations.current)
+        fast = source.parse(migrations.current, RunRecords(run_id))
         # Damage somewhere (or an unexpected order): judge record by record, from the store's
         # ordered read when it gave one, so a misordered buffer is never taken for damage.
         reread = fallback if fallback is not None else source.records
@@ -1255,6 +1271,7 @@ def _parse_each(
     what is wrong)."""
     iterator = iter(records)
     expected: int | None = None
+    run = RunRecords(run_id)
     try:
         for item in iterator:
             pieces: Iterable[StoredRecord]
@@ -1262,7 +1279,7 @@ def _parse_each(
                 from . import segment_read  # (xxhash, and msgspec for ``segments``: imported once a run has segments)
 
                 if segments:
-                    packed = segment_read.records_of(item, expected, current)
+                    packed = segment_read.records_of(item, expected, current, run)
                     if packed is not None:
                         outcome.last_seq = packed[-1].seq
                         outcome.count += len(packed)
@@ -1270,7 +1287,7 @@ def _parse_each(
                         expected = outcome.last_seq + 1
                         continue
                 else:
-                    values = segment_read.dicts_of(item, expected, current)
+                    values = segment_read.dicts_of(item, expected, current, run)
                     if values is not None:
                         outcome.last_seq = item.last
                         outcome.count += len(values)
@@ -1288,7 +1305,7 @@ def _parse_each(
                 try:
                     if expected is not None and seq != expected:
                         raise ValueError(f"record {expected} is missing")
-                    value = accept(seq, record.body, record.checksum, current)
+                    value = run.accept(seq, record.body, record.checksum, current)
                 except ValueError as exc:
                     outcome.corrupt_seq = seq
                     outcome.problem = f"save record {seq} of run {run_id!r} is damaged: {exc}"

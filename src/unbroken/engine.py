@@ -233,8 +233,11 @@ def _settle(session: RunSession, calls: list[ToolCall], *, resuming: bool) -> Ge
         if decision.action == "probe":
             in_doubt = decision.entry
             assert tool is not None and in_doubt is not None
+            # Asked before the grace is over, "not executed" is what the probe read then: the holder
+            # may act after that read, though the answer comes back once the grace is over.
+            early = session.heartbeat.guard.absence_needs_wait(in_doubt) > 0
             answer, error = yield Probe(tool, call)
-            if isinstance(answer, NotExecuted) and (grace := (yield from _grace(session, call, in_doubt))):
+            if isinstance(answer, NotExecuted) and ((grace := (yield from _grace(session, call, in_doubt))) or early):
                 # The previous holder might have acted while we waited for it to be unable to: ask again.
                 answer, error = yield Probe(tool, call)
             if call.idempotency_key in capped and isinstance(answer, NotExecuted) and error is None:

@@ -39,7 +39,7 @@ from typing import IO, Any
 import orjson
 
 from . import clock
-from .acceptance import accept, accept_fields
+from .acceptance import RunRecords, accept_fields
 from .codec import (
     MIGRATIONS,
     Decoded,
@@ -67,13 +67,20 @@ Record = dict[str, Any]
 
 
 def parse_record(
-    seq: int, body: str | bytes, check: str, migrations: Migrations = MIGRATIONS, *, same_schema: bool = True
+    run: RunRecords,
+    seq: int,
+    body: str | bytes,
+    check: str,
+    migrations: Migrations = MIGRATIONS,
+    *,
+    same_schema: bool = True,
 ) -> Record:
-    """One stored record, accepted as every reader accepts it (``acceptance.accept``: size, CRC,
-    JSON, shape); what it refuses is ``Unusual``, for the whole-run decode to report.
+    """One stored record of ``run`` (its records read so far, in seq order), accepted as every
+    reader accepts it (``acceptance.RunRecords``: size, CRC under the run's rule, JSON, shape);
+    what it refuses is ``Unusual``, for the whole-run decode to report.
     ``same_schema``: a record from a schema read only through a migration is unusual too."""
     try:
-        value = accept(seq, body, check, migrations.current)  # IncompatibleSchema (newer) propagates
+        value = run.accept(seq, body, check, migrations.current)  # IncompatibleSchema (newer) propagates
     except ValueError as exc:
         raise Unusual(f"record {seq}: {exc}") from exc
     if same_schema and not reads_natively(value["v"], migrations):
@@ -98,7 +105,7 @@ def iter_records(
     or missing record (``leading_gap``: records before the first one found may be absent, as after
     a rewrite). Stopping early reads no further pages."""
     expected: int | None = None if leading_gap else after + 1
-    position = after
+    position, run = after, RunRecords(run_id)
     while position < upto:
         end = min(upto, position + page + lead)
         page, lead = min(PAGE_RECORDS, page * 2), 0
@@ -113,7 +120,9 @@ def iter_records(
             if not after < record.seq <= end:
                 raise Unusual(f"record {record.seq} read outside {after + 1}..{end}")
             try:
-                parsed = parse_record(record.seq, record.body, record.checksum, migrations, same_schema=same_schema)
+                parsed = parse_record(
+                    run, record.seq, record.body, record.checksum, migrations, same_schema=same_schema
+                )
             except EncryptionKeyMissing as exc:  # a sealed record read without keys: name the key it needs
                 raise store.key_missing(run_id, exc) from None
             yield parsed

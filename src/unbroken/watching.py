@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import clock, paging
+from .acceptance import RunRecords
 from .codec import Decoded, fold_fields, save_info
 from .errors import CorruptCheckpoint, RunNotFound
 from .state import TERMINAL_PHASES, LedgerEntry, Resumption, SaveInfo, Settlement
@@ -131,6 +132,7 @@ def follow(
     if until_stopped and first.stopped:
         return
     deadline = None if timeout is None else clock.monotonic() + timeout
+    run = RunRecords(run_id)  # the records since, in seq order: each bound to the run
     while deadline is None or clock.monotonic() < deadline:
         sleep(interval)
         head = store.head_of(run_id)
@@ -141,7 +143,7 @@ def follow(
         saves, notes, calls = [], {}, {}
         for record in store.records_since(run_id, last_seq):
             try:  # checked like every other read (size, CRC, shape): a damaged record is never shown
-                body = paging.parse_record(record.seq, record.body, record.checksum, same_schema=False)
+                body = paging.parse_record(run, record.seq, record.body, record.checksum, same_schema=False)
             except paging.Unusual as exc:
                 raise CorruptCheckpoint(
                     f"run {run_id!r} changed under watch into something only a whole read can judge ({exc}); "

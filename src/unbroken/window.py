@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from .acceptance import accept, accept_fields
+from .acceptance import RunRecords, accept_fields
 from .codec import (
     MIGRATIONS,
     Decoded,
@@ -83,7 +83,7 @@ def decode_window(
     ``"whole"``: only the whole-run decode can judge this run (never compacted, damaged, old)."""
     if not records or records[-1].seq != head_seq:
         return "whole"
-    parsed = _parse(records, migrations)
+    parsed = _parse(run_id, records, migrations)
     if parsed is None:
         return "whole"
     snapshots = [index for index, record in enumerate(parsed) if is_snapshot(record)]
@@ -118,15 +118,15 @@ def decode_window(
     return Decoded(state=state, last_seq=head_seq, records=parsed[first:], message_base=starts[first])
 
 
-def _parse(records: list[StoredRecord], migrations: Migrations) -> list[dict[str, Any]] | None:
-    """The records accepted (``acceptance.accept``: size, checksum, JSON, shape), in seq order,
-    all read without migration; or None."""
-    current, parsed = migrations.current, []
+def _parse(run_id: str, records: list[StoredRecord], migrations: Migrations) -> list[dict[str, Any]] | None:
+    """The records accepted (``acceptance.RunRecords``: size, checksum under the run's rule,
+    JSON, shape), in seq order, all read without migration; or None."""
+    current, parsed, run = migrations.current, [], RunRecords(run_id)
     try:
         for index, record in enumerate(records):
             if record.seq != records[0].seq + index:
                 return None
-            value = accept(record.seq, record.body, record.checksum, current)
+            value = run.accept(record.seq, record.body, record.checksum, current)
             if not reads_natively(value["v"], migrations):
                 return None  # an older schema: the whole-run decode migrates it
             parsed.append(value)

@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from unbroken import CorruptCheckpoint, segment_read
+from unbroken.acceptance import RunRecords
 from unbroken.codec import Encoder, Segment, decode
 from unbroken.state import JSONValue, RunState, ToolCall, occurrence_key
 from unbroken.stores import _sqlite_segments
@@ -148,8 +149,8 @@ def test_the_fast_read_is_taken_for_sealed_segments(tmp_path: Path, monkeypatch:
     calls: list[int] = []
     real = segment_read.records_of
 
-    def counting(segment: Segment, first_seq: int | None, current: int) -> list[Any] | None:
-        found = real(segment, first_seq, current)
+    def counting(segment: Segment, first_seq: int | None, current: int, run: RunRecords) -> list[Any] | None:
+        found = real(segment, first_seq, current, run)
         calls.append(0 if found is None else len(found))
         return found
 
@@ -260,9 +261,9 @@ def test_the_seal_is_what_catches_a_flip_the_sealed_read_would_miss(
     conn.close()
     real = segment_read.seal
 
-    def unchecked(index: bytes, data: bytes) -> str:
+    def unchecked(index: bytes, data: bytes, seed: int = 0) -> str:
         # The mechanism mutated: that segment's seal is taken as holding, whatever its bytes.
-        return str(stored) if index == bytes(index_text) else real(index, data)
+        return str(stored) if index == bytes(index_text) else real(index, data, seed)
 
     monkeypatch.setattr(segment_read, "seal", unchecked)
     state = store.load("r")
@@ -490,8 +491,8 @@ def test_a_short_run_is_read_without_msgspec_and_a_long_one_with_it(
     def counting(name: str) -> Any:
         real = getattr(segment_read, name)
 
-        def count(segment: Segment, first_seq: int | None, current: int) -> list[Any] | None:
-            found: list[Any] | None = real(segment, first_seq, current)
+        def count(segment: Segment, first_seq: int | None, current: int, run: RunRecords) -> list[Any] | None:
+            found: list[Any] | None = real(segment, first_seq, current, run)
             calls[name].append(0 if found is None else len(found))
             return found
 

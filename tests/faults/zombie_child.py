@@ -19,7 +19,9 @@ The probe reads that file truthfully. ``--pause`` says where and how this proces
 With ``--tool-checks`` the tool calls ``current_lease().check()`` right before it charges.
 
 It writes ``<charges>.<name>.paused`` when it reaches the pause, ``<charges>.<name>.probed`` each time
-the probe is asked, and prints one JSON line with how the run ended.
+the probe is asked, and prints one JSON line with how the run ended. With ``--stop-after-probe``
+it SIGSTOPs inside its first probe, after reading the charges: the test then lets a frozen holder
+act before this one goes on, whatever the machine's load (its answer is the one it read).
 ``--without-fencing`` switches the mechanism under test off (to show the tests fail without it).
 """
 
@@ -106,6 +108,11 @@ def main() -> int:
         help="hold the run under this process's name without its start time (0, as written when /proc "
         "could not be read) or in the older 4-part form host:pid:start:nonce",
     )
+    parser.add_argument(
+        "--stop-after-probe",
+        action="store_true",
+        help="SIGSTOP in the first probe, its answer already read (the test orders what happens meanwhile)",
+    )
     args = parser.parse_args()
     charges = Path(args.charges)
     marker = Path(f"{charges}.{args.name}")
@@ -134,9 +141,14 @@ def main() -> int:
             while not Path(f"{charges}.tool-go").exists() and time.monotonic() < deadline:
                 time.sleep(0.02)
 
+    probes: list[bool] = []
+
     def charged(call: ToolCall) -> ProbeAnswer:
         mark("probed")
         done = charges.exists() and call.idempotency_key in charges.read_text().split()
+        if args.stop_after_probe and not probes:
+            probes.append(done)
+            os.kill(os.getpid(), signal.SIGSTOP)  # answers what it read before the stop
         return Found("charged") if done else NotExecuted()
 
     @tool(effect="side_effect", probe=charged, timeout=args.tool_timeout)

@@ -71,6 +71,28 @@ class ZombieWorld:
         outcome: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return outcome
 
+    def ready(self, name: str, *args: str) -> subprocess.Popen[str]:
+        """A process started, its store open, waiting for ``<charges>.<name>.go-on``: its start-up
+        (seconds on a loaded machine) is not spent inside a grace it is meant to be tested in."""
+        process = self.start(name, *args, "--wait-after-open")
+        self.wait_for(name, "opened", process)
+        return process
+
+    def charge_while_stopped(
+        self, first: subprocess.Popen[str], name: str, taker: subprocess.Popen[str]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The frozen ``first`` charges while ``taker`` is stopped in its first probe, whose "not
+        executed" (true when read, not yet evidence) it then returns: within its grace, however
+        slowly the machine runs (a wall-clock race between the two was a flaky double charge).
+        Returns (the taker's outcome, the first's outcome after waking)."""
+        self.wait_for(name, "probed", taker)
+        self.wait_stopped(taker)
+        os.kill(first.pid, signal.SIGCONT)
+        self.wait_charged(1)
+        os.kill(taker.pid, signal.SIGCONT)
+        woke = self.finish(first)
+        return self.finish(taker), woke
+
     def wait_charged(self, count: int) -> None:
         """Until the side effect happened ``count`` times."""
         deadline = time.monotonic() + TIMEOUT
@@ -147,12 +169,10 @@ def frozen_inside_the_tool(world: ZombieWorld) -> tuple[dict[str, Any], dict[str
     first = world.start("first", "--elsewhere", "--pause", "tool-sigstop", "--ttl", "1")
     world.wait_for("first", "paused", first)
     world.wait_stopped(first)
+    taker = world.ready("second", "--ttl", "3", "--stop-after-probe")
     world.wait_lease_expired()
-    taker = world.start("second", "--ttl", "3")
-    world.wait_for("second", "probed", taker)  # "not executed": true so far, but not yet evidence
-    os.kill(first.pid, signal.SIGCONT)
-    woke = world.finish(first)
-    return world.finish(taker), woke
+    world.marker("second", "go-on").touch()
+    return world.charge_while_stopped(first, "second", taker)
 
 
 def frozen_then_a_middle_holder_dies(world: ZombieWorld) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -169,8 +189,6 @@ def frozen_then_a_middle_holder_dies(world: ZombieWorld) -> tuple[dict[str, Any]
     world.wait_for("middle", "probed", middle)  # it now waits out the first's grace (5 s)
     middle.kill()
     middle.communicate()
-    third = world.start("third", "--ttl", "1.5")
-    world.wait_for("third", "probed", third)  # "not executed", from the first's attempt: not yet evidence
-    os.kill(first.pid, signal.SIGCONT)
-    woke = world.finish(first)
-    return world.finish(third), woke
+    third = world.ready("third", "--ttl", "1.5", "--stop-after-probe")
+    world.marker("third", "go-on").touch()
+    return world.charge_while_stopped(first, "third", third)

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest import mock
 
+from unbroken import acceptance
 from unbroken.codec import Encoder, StoredRecord, pack_records
 from unbroken.state import RunState, ToolCall, ToolResult, occurrence_key
 
@@ -127,7 +129,7 @@ def main() -> None:
 
 def write_segment(here: Path, records: list[StoredRecord]) -> None:
     """``segment-2``: run-2's records packed into one segment (docs/format.md, "Segments")."""
-    packed = pack_records(records)
+    packed = pack_records("golden-1", records)
     assert packed is not None
     segment, _ = packed
     here.mkdir(exist_ok=True)
@@ -137,4 +139,7 @@ def write_segment(here: Path, records: list[StoredRecord]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # The golden runs are records as written before runs were bound (plain CRC-32s, a seal from
+    # seed 0), which every version must keep reading; test_golden_records pins the binding.
+    with mock.patch.object(acceptance, "_BIND_RECORDS", False):
+        main()

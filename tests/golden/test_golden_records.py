@@ -11,17 +11,31 @@ A failure here means the format changed. If that was deliberate, update docs/for
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from unbroken import segment_read
-from unbroken.codec import Encoder, Segment, StoredRecord, checksum, decode, fold_fields, loads, pack_records
+from unbroken.acceptance import RunRecords, run_seed
+from unbroken.codec import (
+    Encoder,
+    Segment,
+    StoredRecord,
+    checksum,
+    decode,
+    fold_fields,
+    loads,
+    pack_records,
+    segment_seal,
+)
 
 HERE = Path(__file__).resolve().parent
 RUNS = ["run-1", "run-2", "run-mixed"]
 SNAPSHOT_EVERY = 3  # what regenerate.py used
+BOUND_TO_GOLDEN = b"unbroken run\x00golden-1\x00"
+"""What a record checksum of run ``golden-1`` starts with, before the body (docs/format.md)."""
 
 by_run = pytest.mark.parametrize("run", RUNS)
 
@@ -53,6 +67,7 @@ def expected_state(run: str) -> dict[str, Any]:
 
 @by_run
 def test_golden_checksums_are_crc32_of_the_exact_bytes(run: str) -> None:
+    # Written before records were bound to their run: the plain CRC-32, still read as such.
     for record in golden_records(run):
         assert checksum(record.body) == record.checksum
 
@@ -84,7 +99,10 @@ def test_golden_records_re_encode_byte_identically(run: str) -> None:
         encoded = encoder.encode(state, label)
         encoder.committed(state, encoded)
         assert encoded.body.encode() == records[position].body, f"record {seq} re-encodes differently"
-        assert (encoded.checksum, encoded.snapshot) == (check, snapshot)
+        assert encoded.snapshot == snapshot
+        # Now bound to the run: the CRC-32 of "unbroken run" NUL run id NUL, then the same bytes.
+        assert check == checksum(encoded.body)
+        assert encoded.checksum == f"{zlib.crc32(BOUND_TO_GOLDEN + encoded.body.encode()):08x}"
 
 
 @by_run
@@ -128,17 +146,25 @@ def golden_segment() -> Segment:
 
 def test_packing_the_golden_run_gives_the_golden_segment_byte_for_byte() -> None:
     """The segment layout (index, bodies, seal) is pinned like the records' (docs/format.md)."""
-    packed = pack_records(golden_records("run-2"))
+    packed = pack_records("golden-1", golden_records("run-2"))
     assert packed is not None
     segment, snapshots = packed
-    assert segment == golden_segment()
+    golden = golden_segment()  # packed before segments were bound to their run: its seal is from seed 0
+    assert (segment.first, segment.last, segment.index_text, segment.bodies) == (
+        golden.first,
+        golden.last,
+        golden.index_text,
+        golden.bodies,
+    )
+    assert golden.seal == segment_seal(golden.index_text, golden.bodies)
+    assert segment.seal == segment_seal(golden.index_text, golden.bodies, run_seed("golden-1"))
     assert snapshots == [seq for seq, _, snapshot, _ in golden_index("run-2") if snapshot]
 
 
 def test_the_golden_segment_holds_the_golden_records_and_reads_sealed_to_the_same_state() -> None:
     segment = golden_segment()
     assert segment.records() == [StoredRecord(r.seq, r.body, r.checksum) for r in golden_records("run-2")]
-    assert segment_read.records_of(segment, 1, 2) is not None  # the sealed read takes it
+    assert segment_read.records_of(segment, 1, 2, RunRecords("golden-1")) is not None  # the sealed read takes it
     fast = decode("golden-1", [segment], keep_records=False)
     careful = decode("golden-1", golden_records("run-2"))
     assert fast.state == careful.state
@@ -146,10 +172,10 @@ def test_the_golden_segment_holds_the_golden_records_and_reads_sealed_to_the_sam
 
 
 def test_a_segment_of_mixed_versions_is_read_record_by_record_to_the_same_state() -> None:
-    packed = pack_records(golden_records("run-mixed"))
+    packed = pack_records("golden-1", golden_records("run-mixed"))
     assert packed is not None
     segment, _ = packed
-    assert segment_read.records_of(segment, 1, 2) is None  # schema 1 records: the careful read
+    assert segment_read.records_of(segment, 1, 2, RunRecords("golden-1")) is None  # schema 1 records: the careful read
     assert (
         decode("golden-1", [segment], keep_records=False).state == decode("golden-1", golden_records("run-mixed")).state
     )

@@ -14,6 +14,7 @@ import pytest
 from test_encryption_at_rest import KEYS, _sqlite, note, run, turns
 
 from unbroken import Agent, CorruptCheckpoint, ScriptedModel, open_store, paging
+from unbroken.acceptance import RunRecords
 from unbroken.codec import PackedRecords, segment_seal
 from unbroken.encryption import Envelope, LocalKeys
 from unbroken.errors import EncryptionKeyMissing
@@ -104,7 +105,7 @@ def test_a_packed_read_opens_in_one_loop_and_refuses_a_record_moved_in_it(tmp_pa
 
         store.inner.read_packed = lambda run_id: packed(bodies)  # type: ignore[method-assign]
         opened = store.read_packed("r1")
-        assert opened is not None and opened.parse(99) is not None
+        assert opened is not None and opened.parse(99, RunRecords("r1")) is not None
         assert store.load("r1").phase == "completed"
         store.inner.read_packed = lambda run_id: packed([bodies[0], bodies[0], *bodies[2:]])  # type: ignore[method-assign]
         assert store.read_packed("r1") is None

@@ -11,18 +11,21 @@ import sys
 import uuid
 from dataclasses import replace
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from test_erase import Place, hold_a_marker, place  # noqa: F401  (the fixture: every store and its raw bytes)
 
 from unbroken import Agent, CorruptCheckpoint, ScriptedModel, open_store, tool
 from unbroken.acceptance import SEALED_RAW
-from unbroken.codec import EncodedSave, encode_full
+from unbroken.codec import EncodedSave, checksum, encode_full
 from unbroken.encryption import LocalKeys, key_from_file, keys_from_environment
 from unbroken.errors import EncryptionKeyMissing, EncryptionUnavailable, InvalidEncryptionKey, WrongEncryptionKey
 from unbroken.state import RunState
+from unbroken.stores import _sealing
 from unbroken.stores.backend import seal
 from unbroken.stores.encrypted import DATA_KEY, EncryptedStore
+from unbroken.testing.contract import RunWriter
 
 KEY = os.urandom(32)
 KEYS = LocalKeys(KEY)
@@ -352,3 +355,44 @@ def test_a_worker_without_the_key_never_starts_a_queued_encrypted_run(tmp_path: 
         assert not plain.exists("q1")
     with open_store(url, encryption=KEYS) as store:
         assert store.queued("q1") is not None and store.queued("q1").task == "task zebra-secret"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["records", "segments"])
+def test_a_plaintext_run_continued_under_keys_loads_its_bound_and_its_sealed_records(
+    tmp_path: Path, packed: bool
+) -> None:
+    # Records bound to their run in plaintext, then sealed ones: once opened, a sealed record
+    # counts as bound (its associated data binds it), so the run reads as one run-bound run.
+    url = f"sqlite:///{tmp_path / 'runs.db'}" + ("?pack_batch=2&keep_recent=1&sealed_read_from=0" if packed else "")
+    with open_store(url) as plain:
+        writer = RunWriter(plain, "mixed")
+        for step in range(1, 4):
+            writer.turn(step)
+    with open_store(url, encryption=KEYS) as store:
+        writer.store, writer.state = store, store.load("mixed")
+        writer.encoder.prime(writer.state)
+        for step in range(4, 12):
+            writer.turn(step)
+        assert store.load("mixed").save_seq == 11
+        assert [record["seq"] for record in store.decode("mixed").records] == list(range(1, 12))
+
+
+def test_a_segment_sealed_before_runs_were_bound_still_reads_after_bound_records(tmp_path: Path) -> None:
+    # A unit sealed before records were bound holds plain CRC-32s in its sealed index; it opens
+    # (its associated data binds it to the run), so its records are taken as bound, not as
+    # plain records after bound ones.
+    url = f"sqlite:///{tmp_path / 'runs.db'}?pack_batch=2&keep_recent=1&sealed_read_from=0"
+    with open_store(url) as plain:
+        writer = RunWriter(plain, "mixed")
+        for step in range(1, 4):
+            writer.turn(step)
+    with (
+        mock.patch.object(_sealing, "checksum", lambda body, seed=0: checksum(body)),  # as sealed before
+        open_store(url, encryption=KEYS) as store,
+    ):
+        writer.store, writer.state = store, store.load("mixed")
+        writer.encoder.prime(writer.state)
+        for step in range(4, 12):
+            writer.turn(step)
+    with open_store(url, encryption=KEYS) as store:
+        assert store.load("mixed").save_seq == 11

@@ -4,6 +4,8 @@ run it lands in must be refused as damage (``CorruptCheckpoint``), never loaded 
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from unbroken.errors import CorruptCheckpoint
@@ -51,21 +53,42 @@ def test_without_the_seq_check_the_simulator_finds_the_moved_record() -> None:
     assert [v.invariant for v in outcome.violations] == ["moves_detected"], [str(v) for v in outcome.violations]
 
 
-def test_a_snapshot_copied_from_another_run_is_refused_even_when_a_newer_snapshot_follows() -> None:
-    store = InMemoryStore()
-    for run_id in ("run-a", "run-b"):
-        writer = RunWriter(store, run_id, snapshot_every=1)  # every save a snapshot
-        for _ in range(3):
-            writer.save()
-    moved = move_record(store, ["run-a", "run-b"], 0, "run")  # run-a's save 1 over run-b's save 1
-    assert moved is not None and (moved.run_id, moved.seq) == ("run-b", 1)
-    with pytest.raises(CorruptCheckpoint, match="save of run 'run-a'"):
-        store.load("run-b")
-    assert store.load("run-a").run_id == "run-a"
+@pytest.mark.parametrize(
+    ("bound", "refusal"),
+    [
+        (True, "record 1 of run 'run-b' is damaged: checksum mismatch .* a record of another run"),
+        (False, "save of run 'run-a'"),
+    ],
+    ids=["run-bound", "written-before"],
+)
+def test_a_snapshot_copied_from_another_run_is_refused_even_when_a_newer_snapshot_follows(
+    bound: bool, refusal: str
+) -> None:
+    # Run-bound records fail their checksum in another run; records written before runs were
+    # bound (the mutation writes them so) are still refused: every snapshot's run_id is checked.
+    with contextlib.nullcontext() if bound else MUTATIONS["run_binding"]():
+        store = InMemoryStore()
+        for run_id in ("run-a", "run-b"):
+            writer = RunWriter(store, run_id, snapshot_every=1)  # every save a snapshot
+            for _ in range(3):
+                writer.save()
+        moved = move_record(store, ["run-a", "run-b"], 0, "run")  # run-a's save 1 over run-b's save 1
+        assert moved is not None and (moved.run_id, moved.seq) == ("run-b", 1)
+        with pytest.raises(CorruptCheckpoint, match=refusal):
+            store.load("run-b")
+        assert store.load("run-a").run_id == "run-a"
 
 
-@pytest.mark.xfail(strict=True, reason="open hole: a delta record does not name its run (docs/simulation.md)")
 def test_a_delta_copied_from_another_run_at_the_same_place_is_refused() -> None:
     scenario, _ = scenario_and_schedule(151)
     outcome = play(scenario, from_text(DELTA_FROM_ANOTHER_RUN))
+    assert any("overwritten by a copy" in line for line in outcome.trace)
+    assert any("a record of another run" in line for line in outcome.trace), outcome.trace
     assert not outcome.failed, [str(v) for v in outcome.violations]
+
+
+def test_without_the_run_binding_the_simulator_finds_the_delta_from_another_run() -> None:
+    scenario, _ = scenario_and_schedule(151)
+    with MUTATIONS["run_binding"]():
+        outcome = play(scenario, from_text(DELTA_FROM_ANOTHER_RUN))
+    assert [v.invariant for v in outcome.violations] == ["moves_detected"], [str(v) for v in outcome.violations]

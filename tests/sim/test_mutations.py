@@ -17,17 +17,16 @@ from unbroken.testing.simulate.table import first_failure
 SKIP = frozenset(KNOWN_HOLES)
 PINNED: dict[str, str] = {
     "grace_inheritance": "test_known_holes.test_without_inheritance_the_side_effect_happens_twice",
-    "judge_again": "test_late_lease_write.test_with_one_judging_the_dead_holder_blocks_the_resume",
-    "start_time": "test_pid_reuse.test_judged_by_its_pid_alone_the_dead_holder_blocks_the_resume",
+    "start_time": "test_reused_pid_schedule.test_judged_by_its_pid_alone_the_dead_holder_blocks_the_resume",
 }
 """Switched-off defences too rare in random schedules for the seed budget, each pinned by a
 schedule. grace_inheritance was found at seed 87 until the ``move`` episode joined the
 schedules (it shifts every seed's draw); now not within the first 250 (its takeover-after-a-
-release shape is rare), so its two minimal schedules in test_known_holes show it. judge_again needs the ``late`` fault
-(a lease write landing after its writer died), which random schedules do not draw yet (drawing
-it would shift every seed's draw): its minimal schedule in test_late_lease_write shows it.
-start_time needs the ``reuse`` action (a dead process's pid given to another program), not
-drawn for the same reason: its schedule in test_pid_reuse shows it."""
+release shape is rare), so its two minimal schedules in test_known_holes show it. judge_again
+is drawn since the ``late`` fault joined the schedules (first at seed 49; its minimal schedule
+in test_late_lease_write pins it as well). start_time needs the ``reuse`` action (a dead
+process's pid given to another program), which random schedules do not draw (drawing it would
+shift every seed's draw): its schedule in test_reused_pid_schedule shows it."""
 
 
 @pytest.mark.parametrize("name", sorted(set(MUTATIONS) - set(PINNED)))

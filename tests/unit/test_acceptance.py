@@ -273,7 +273,7 @@ def test_a_segment_is_read_only_when_its_records_are_its_seqs_in_order_at_one_ve
     index = b"[]"
     segment = Segment(1, 2, index, bodies, segment_read.seal(index, bodies))
     assert acceptance.accept_segment(bodies) is not None  # the shape alone holds every time
-    assert (segment_read.records_of(segment, 1, SCHEMA_VERSION) is not None) is read
+    assert (segment_read.records_of(segment, 1, SCHEMA_VERSION, acceptance.RunRecords("r")) is not None) is read
 
 
 def valid_fields() -> dict[str, JSONValue]:

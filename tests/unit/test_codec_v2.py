@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from unbroken import CorruptCheckpoint, IncompatibleSchema, RunState
+from unbroken.acceptance import run_seed
 from unbroken.codec import Encoder, Migrations, PackedRecords, StoredRecord, checksum, decode, fold_fields, loads
 from unbroken.state import ToolCall, occurrence_key
 
@@ -19,7 +20,7 @@ RUN = "r"
 
 def record_of(body: str, seq: int | None = None) -> StoredRecord:
     value = loads(body)
-    return StoredRecord(seq if seq is not None else value["seq"], body, checksum(body))
+    return StoredRecord(seq if seq is not None else value["seq"], body, checksum(body, run_seed(RUN)))
 
 
 class Writer:

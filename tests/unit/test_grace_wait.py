@@ -7,6 +7,7 @@ the wait is over."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from core_scripts import final_turn, tool_turn
 from unbroken import Agent, ScriptedModel, ToolCall, current_lease, ops, tool
 from unbroken.leases import make_owner, take_lease
 from unbroken.stores.sqlite import SQLiteStore
-from unbroken.tools import NotExecuted
+from unbroken.tools import Found, NotExecuted, ProbeAnswer
 
 GRACE = 1.0  # long enough that run B (a few saves) ends well inside it on any machine
 
@@ -114,3 +115,39 @@ def test_arun_cancelled_during_the_grace_releases_the_lease_and_acts_on_nothing(
     asyncio.run(main())
     assert events == ["probe"] and waits == []
     assert take_lease(store, "a", make_owner(), 5).takeover.how == "released"  # not left to expire
+
+
+def test_a_not_executed_read_before_the_grace_ended_is_asked_again_even_if_it_answers_after(tmp_path: Path) -> None:
+    # The probe reads "not executed" inside the grace and answers after it (a slow service, a
+    # loaded machine); the holder that started the call acts in between. The answer is what the
+    # probe read, not evidence: asked again, it finds the act (found by the zombie sweep on a
+    # loaded machine: two charges).
+    store = SQLiteStore(tmp_path / "runs.db")
+    events: list[str] = []
+    charged: list[str] = []
+    first = True
+
+    def probe(call: ToolCall) -> ProbeAnswer:
+        events.append("probe")
+        seen = list(charged)
+        if len(events) == 1:
+            time.sleep(GRACE + 0.3)  # the answer comes back once the grace is over...
+            charged.append("the first holder")  # ...and the holder acted after the read
+        return Found("charged") if seen else NotExecuted()
+
+    @tool(effect="side_effect", probe=probe)
+    def charge(amount: int) -> str:
+        nonlocal first
+        if first:
+            first = False
+            raise Killed
+        charged.append("the taker")
+        return f"charged {amount}"
+
+    script = [tool_turn(("c1", "charge", {"amount": 5})), final_turn()]
+    agent = Agent(model=ScriptedModel(script), tools=[charge], store=store, lease_grace=GRACE)
+    with pytest.raises(Killed):
+        agent.run("charge", run_id="a")
+    take_lease(store, "a", make_owner(), 5).release()
+    assert agent.run(run_id="a").status == "completed"
+    assert events == ["probe", "probe"] and charged == ["the first holder"]

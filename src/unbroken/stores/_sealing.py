@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import orjson
 
-from ..acceptance import REFUSED, checksum
+from ..acceptance import REFUSED, checksum, run_seed
 from ..codec import (
     SEALED_SEGMENT,
     EncodedSave,
@@ -27,10 +27,14 @@ class OpenedRun:
     """A run's data key, opened: its cipher, where sealing started (records; whether ledger
     results in clear may be there), the sealed task (reused)."""
 
-    __slots__ = ("cipher", "from_seq", "kid", "plain_entries", "task")
+    __slots__ = ("cipher", "from_seq", "kid", "plain_entries", "seed", "task")
 
-    def __init__(self, cipher: RunCipher, record: KeyRecord) -> None:
+    def __init__(self, run_id: str, cipher: RunCipher, record: KeyRecord) -> None:
         self.cipher, self.from_seq, self.kid = cipher, record.from_seq, record.kid
+        self.seed = run_seed(run_id)
+        """An opened record's checksum is bound to the run (``acceptance.run_seed``), as a
+        plaintext record's is: its associated data already binds it, so it never counts as
+        copied, and a run encrypted from a later save reads as one run-bound run."""
         self.plain_entries = record.plain_entries
         self.task: tuple[str, str] | None = None  # (plain, sealed)
 
@@ -86,7 +90,7 @@ def open_record(run_id: str, run: OpenedRun | None, record: StoredRecord, text: 
         if checksum(body) != record.checksum:
             return record  # torn or edited as stored: judged (and named) by the loader
         return refused(record, f"it does not decrypt ({exc}): moved from another run or position, or edited")
-    return StoredRecord(record.seq, plain.decode() if text else plain, checksum(plain))
+    return StoredRecord(record.seq, plain.decode() if text else plain, checksum(plain, run.seed))
 
 
 def open_segment(run: OpenedRun, segment: Segment, text: bool) -> list[StoredRecord] | None:
@@ -100,7 +104,7 @@ def open_segment(run: OpenedRun, segment: Segment, text: bool) -> list[StoredRec
     if opened is None:
         return None
     return [
-        StoredRecord(seq, plain.decode() if text else plain, checksum(plain))
+        StoredRecord(seq, plain.decode() if text else plain, checksum(plain, run.seed))
         for (seq, _, _), plain in zip(index, opened, strict=True)
     ]
 
@@ -117,7 +121,7 @@ def seal_segment(run: OpenedRun, segment: Segment) -> Segment | None:
     opened = run.cipher.open_bodies(segment.bodies, [(seq, length) for seq, _, length in index])
     if opened is None:
         return None
-    return seal_bodies(run, segment.first, opened, [checksum(body) for body in opened], segment.snapshots())
+    return seal_bodies(run, segment.first, opened, [checksum(body, run.seed) for body in opened], segment.snapshots())
 
 
 def seal_bodies(run: OpenedRun, first: int, bodies: list[bytes], checksums: list[str], snapshots: list[int]) -> Segment:
@@ -143,8 +147,13 @@ def open_sealed_records(run: OpenedRun, segment: Segment, text: bool) -> list[St
     if index is None:  # (sealed so by a writer with the key, not by unbroken)
         return "its segment's sealed index does not read or does not fit its bodies"
     view, offset, records = memoryview(plain), size + 1, []
+    # A unit sealed before records were bound to their run holds plain CRC-32s: it opened, so its
+    # records are the run's, and they get bound checksums (records opened on their own do too).
+    rebind = bool(index) and index[0][1] != checksum(view[offset : offset + index[0][2]], run.seed)
     for seq, check, length in index:
         part = view[offset : offset + length]
+        if rebind:
+            check = checksum(part, run.seed)
         records.append(StoredRecord(seq, str(part, "utf-8", "replace") if text else bytes(part), check))
         offset += length + 1
     return records
@@ -182,7 +191,9 @@ def open_packed(run: OpenedRun, packed: PackedRecords) -> PackedRecords | None:
     opened = run.cipher.open_bodies(packed.buffer, [(seq, length) for seq, _, length in packed.index])
     if opened is None:
         return None
-    index = [(seq, checksum(plain), len(plain)) for (seq, _, _), plain in zip(packed.index, opened, strict=True)]
+    index = [
+        (seq, checksum(plain, run.seed), len(plain)) for (seq, _, _), plain in zip(packed.index, opened, strict=True)
+    ]
     return PackedRecords(b"[" + b",".join(opened) + b"]", index)
 
 

@@ -88,7 +88,7 @@ def pack(
             "SELECT seq, CAST(body AS BLOB), checksum FROM unbroken_records WHERE key >= ? AND key < ? ORDER BY key",
             (base + low, base + low + pack_batch),
         ).fetchall()
-        result = pack_records([StoredRecord(seq, body, check) for seq, body, check in rows])
+        result = pack_records(run_id, [StoredRecord(seq, body, check) for seq, body, check in rows])
         if result is None:
             return packed  # the oldest loose record is damaged: it stays as it is, and so does the rest
         segment, _ = result

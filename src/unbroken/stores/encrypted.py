@@ -110,7 +110,7 @@ class EncryptedBackend(Backend):
 
     def _opened(self, run_id: str, sealed: SealedEntry) -> OpenedRun:
         record = read_key_entry(run_id, sealed)
-        run = OpenedRun(RunCipher(run_id, self._unwrap(run_id, record)), record)
+        run = OpenedRun(run_id, RunCipher(run_id, self._unwrap(run_id, record)), record)
         with self._lock:
             self._runs[run_id] = run
             self._runs.move_to_end(run_id)

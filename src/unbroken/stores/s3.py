@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import crashpoints
+from ..acceptance import run_seed
 from ..codec import EncodedSave, PackedRecords, StoredRecord, checksum
 from ..state import Lease, RunSummary
 from ._s3_layout import Head, empty_head, pack, parse_url, summary_json, unpack
@@ -248,12 +249,12 @@ class S3Backend(S3Ledger, S3Queue, QueueBackend):
             if name not in loose:
                 loose[name] = self._read_objects([[seq, seq, name]])[0]
         records = [loose[name] for _, name in tail]
-        if not _intact(records):
+        if not _intact(run_id, records):
             return [], []  # damage is never packed away (nor its evidence deleted): leave it loose
         kept, superseded = list(segments), [str(name) for _, name in tail]
         while kept and int(kept[-1][1]) - int(kept[-1][0]) + 1 == len(records) and 2 * len(records) <= MAX_SEGMENT:
             older = self._read_objects([kept[-1]])
-            if not _intact(older):
+            if not _intact(run_id, older):
                 break
             records = older + records
             superseded.append(str(kept.pop()[2]))
@@ -466,9 +467,11 @@ class S3Backend(S3Ledger, S3Queue, QueueBackend):
         return sorted(queued, key=lambda s: (s.submitted_at, s.run_id))
 
 
-def _intact(records: Sequence[tuple[int, str, bytes]]) -> bool:
-    """Every record's body matches its checksum (a record read as damaged or missing does not)."""
-    return all(checksum(body) == check for _, check, body in records)
+def _intact(run_id: str, records: Sequence[tuple[int, str, bytes]]) -> bool:
+    """Every record's body matches its checksum, bound to the run or plain (a record read as
+    damaged or missing does not; which rule a record must follow is the loader's to judge)."""
+    seed = run_seed(run_id)
+    return all(checksum(body, seed) == check or checksum(body) == check for _, check, body in records)
 
 
 class S3Store(Store):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TypeVar
 
 import pytest
@@ -46,6 +47,34 @@ class CorruptionContract(ContractBase):
             store.load("run-torn")
 
         assert caught.value.last_good_seq == 2
+
+    def test_a_record_copied_from_another_run_at_the_same_place_is_refused(self, store: Store) -> None:
+        # Two runs saved alike; run b's save 3 is stored with run a's save 3 (body and checksum),
+        # as a store bug or a hand edit would copy it: a delta at the same message position,
+        # which the fold alone cannot tell from b's own. Each record's checksum is bound to its run.
+        from ...stores.encrypted import EncryptedBackend  # (pyca is imported by encrypted stores only)
+
+        if isinstance(store.backend, EncryptedBackend):
+            pytest.skip("a sealed record is bound to its run by its associated data (tests/security)")
+        runs = [RunWriter(store, run_id, task="same task") for run_id in ("run-copy-a", "run-copy-b")]
+        for step in (1, 2):
+            for run in runs:
+                run.turn(step)
+        copied = runs[0].turn(3)
+        target = runs[1]
+        target.state.messages.append({"role": "assistant", "content": [{"type": "text", "text": "step 3"}]})
+        target.state.turns += 1
+        target.state.tokens_used += 30
+        target.state.business_state["k0"] = {"step": 3, "items": [0, 1, 2]}
+        target.state.usage = {"input_tokens": 3, "output_tokens": 6}
+        own = target.encode("turn 3")
+        assert own.body == copied.body  # the same bytes, in another run
+        store.append(replace(own, body=copied.body, checksum=copied.checksum), expect_seq=2)
+
+        self._assert_load_stops_at(store, "run-copy-b", 2)
+        with pytest.raises(CorruptCheckpoint, match=r"save record 3 of run 'run-copy-b' is damaged: .*another run"):
+            store.load("run-copy-b")
+        assert store.load("run-copy-a").save_seq == 3
 
     def test_a_damaged_middle_record_raises_corrupt_checkpoint_and_nothing_is_deleted(self, store: Store) -> None:
         self._five_saves(store, "run-damaged-middle")

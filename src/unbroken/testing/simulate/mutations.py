@@ -167,6 +167,13 @@ def pid_only() -> AbstractContextManager[None]:
     return _patched(world, "COMPARE_START_TIMES", False)
 
 
+def unbound_records() -> AbstractContextManager[None]:
+    """``acceptance.run_seed`` is 0 for every run: records are written with the plain CRC-32 and
+    read as a run written before records were bound to their run, so a delta of another run
+    copied over the same save at the same message position is folded into this run."""
+    return _patched(acceptance, "_BIND_RECORDS", False)
+
+
 MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "lease_check": no_lease_check,
     "grace": no_grace,
@@ -180,6 +187,7 @@ MUTATIONS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "record_seq_check": no_record_seq_check,
     "judge_again": one_judging,
     "start_time": pid_only,
+    "run_binding": unbound_records,
 }
 """Each switched-off defence, by name."""
 

@@ -45,11 +45,12 @@ PRIMITIVES = (
     "get_entry",
 )
 """The store primitives a fault can be armed on (the ones a run's steps call)."""
-FAULTS = ("error", "lost_reply", "delay", "delay_after", "torn")
+FAULTS = ("error", "lost_reply", "delay", "delay_after", "torn", "late")
 """``error``: refused before reaching the store. ``lost_reply``: applied, then the reply is lost.
 ``delay``/``delay_after``: the call takes long (before/after it applies) and the next actions
 of the schedule happen meanwhile. ``torn``: a record write that leaves only its ledger entries
-(what A2 allows a crash to leave)."""
+(what A2 allows a crash to leave). ``late`` (on ``swap_head`` only): the process is killed with
+its lease write in flight, and the store applies the write after its death."""
 CRASH_POINTS = (
     "save.",
     "save.model_turn.",
@@ -175,6 +176,8 @@ def _flaky_store(rng: random.Random, processes: int, faults: list[str]) -> list[
     """A store call fails, tears, loses its reply or is slow while the others move."""
     process = rng.randrange(processes)
     fault = rng.choice(faults)
+    if fault == "late":
+        return _late_lease_write(rng, processes, process)
     primitive = "write_record" if fault == "torn" else rng.choice(PRIMITIVES)
     count = rng.randint(1, 4)
     actions = [Action("fault", process, float(count), f"{primitive}:{fault}"), _steps(rng, process)]
@@ -183,6 +186,19 @@ def _flaky_store(rng: random.Random, processes: int, faults: list[str]) -> list[
         if rng.random() < 0.3:
             meanwhile[0] = Action("advance", process, rng.choice((11.0, 31.0)))
         actions += meanwhile
+    return actions
+
+
+def _late_lease_write(rng: random.Random, processes: int, process: int) -> list[Action]:
+    """``process`` is killed taking a lease, its write landing a second or a few later; another
+    process moves meanwhile (its head read slow at times, so the write lands during it), and the
+    dead one restarts."""
+    landing = rng.choice((1.0, 1.0, 5.0))  # seconds after the death
+    actions = [Action("fault", process, landing, "swap_head:late"), _steps(rng, process)]
+    other = _other(rng, processes, process)
+    if rng.random() < 0.9:
+        actions.append(Action("fault", other, 1.0, "read_head:delay_after"))
+    actions += [_steps(rng, other), Action("restart", process)]
     return actions
 
 
