@@ -54,10 +54,14 @@ if args.elsewhere:
     # alive on this host is never taken over at all: stores.backend.claimable.)
     import socket
 
+    import unbroken.owners
     import unbroken.runner
 
-    _make_owner = getattr(unbroken.runner, "make_owner")  # noqa: B009 (the name Agent makes its owner with)
-    setattr(unbroken.runner, "make_owner", lambda: _make_owner().replace(socket.gethostname(), "elsewhere", 1))  # noqa: B010
+    _make_owner = getattr(unbroken.owners, "make_owner")  # noqa: B009
+    _elsewhere = lambda: _make_owner().replace(socket.gethostname(), "elsewhere", 1)  # noqa: E731
+    # Both names a holder's name is made with: an Agent's own (owners.ProcessOwner) and a call's.
+    setattr(unbroken.owners, "make_owner", _elsewhere)  # noqa: B010
+    setattr(unbroken.runner, "make_owner", _elsewhere)  # noqa: B010
 
 _fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
