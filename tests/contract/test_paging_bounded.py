@@ -32,7 +32,10 @@ def _long_run(store: Store, run_id: str = "run-long") -> dict[int, tuple[str, st
     """300 saves, a snapshot every 16th (1, 17, ..., 273, 289): the stores that pack old records
     (file, S3) have packed them."""
     run = RunWriter(store, run_id, snapshot_every=16)
-    return {save.seq: (save.body, save.checksum) for save in (run.turn(step) for step in range(1, SAVES + 1))}
+    return {
+        save.seq: (save.body_bytes().decode(), save.checksum)
+        for save in (run.turn(step) for step in range(1, SAVES + 1))
+    }
 
 
 SEED = run_seed("run-long")

@@ -110,7 +110,7 @@ def main() -> None:
         for label, state in played:
             encoded = encoder.encode(state, label)
             encoder.committed(state, encoded)
-            bodies.append(encoded.body)
+            bodies.append(encoded.body_bytes().decode())
             index.append(f"{encoded.seq} {encoded.checksum} {'snapshot' if encoded.snapshot else 'delta'} {label}")
         (here / "records.jsonl").write_text("".join(body + "\n" for body in bodies), encoding="utf-8")
         (here / "index.txt").write_text("".join(line + "\n" for line in index), encoding="utf-8")

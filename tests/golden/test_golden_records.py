@@ -98,11 +98,11 @@ def test_golden_records_re_encode_byte_identically(run: str) -> None:
         state = decode("golden-1", records[: position + 1]).state  # the state at this save point
         encoded = encoder.encode(state, label)
         encoder.committed(state, encoded)
-        assert encoded.body.encode() == records[position].body, f"record {seq} re-encodes differently"
+        assert encoded.body_bytes() == records[position].body, f"record {seq} re-encodes differently"
         assert encoded.snapshot == snapshot
         # Now bound to the run: the CRC-32 of "unbroken run" NUL run id NUL, then the same bytes.
         assert check == checksum(encoded.body)
-        assert encoded.checksum == f"{zlib.crc32(BOUND_TO_GOLDEN + encoded.body.encode()):08x}"
+        assert encoded.checksum == f"{zlib.crc32(BOUND_TO_GOLDEN + encoded.body_bytes()):08x}"
 
 
 @by_run

@@ -117,7 +117,8 @@ def test_an_encrypted_runs_records_are_kept_as_raw_bytes_about_the_plain_size(tm
     assert _record(db, "sealed", 2).startswith(SEALED_RAW + b"\x00")
     sizes = {
         run_id: sum(
-            int(size) for (size,) in _sqlite(db, "SELECT length(body) FROM unbroken_records WHERE run_id=?", (run_id,))
+            int(str(size))
+            for (size,) in _sqlite(db, "SELECT length(body) FROM unbroken_records WHERE run_id=?", (run_id,))
         )
         for run_id in ("sealed", "plain")
     }

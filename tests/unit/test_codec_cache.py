@@ -153,6 +153,7 @@ def _committed(encoder: Encoder, state: RunState) -> str:
     state.save_seq += 1
     encoded = encoder.encode(state, "save")
     encoder.committed(state, encoded)
+    assert isinstance(encoded.body, str)  # a plain record is text
     return encoded.body
 
 

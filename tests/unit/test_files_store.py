@@ -459,12 +459,13 @@ def test_a_segment_is_an_index_line_then_a_json_array_of_the_bodies_verbatim(fil
     segment = run_dir(file_store, "run-1") / "records" / "segment-000000000001-000000000008.json"
     index, bodies = segment.read_bytes().decode().splitlines()
 
-    assert bodies == "[" + ",".join(save.body for save in written[:8]) + "]"
-    assert json.loads(bodies) == [json.loads(save.body) for save in written[:8]]
+    texts = [save.body_bytes().decode() for save in written[:8]]  # (a plain save's body is text)
+    assert bodies == "[" + ",".join(texts) + "]"
+    assert json.loads(bodies) == [json.loads(text) for text in texts]
     assert json.loads(index)["segment"] == {
         "first": 1,
         "checksums": [save.checksum for save in written[:8]],
-        "lengths": [len(save.body.encode()) for save in written[:8]],
+        "lengths": [len(text.encode()) for text in texts],
         "snapshots": [save.seq for save in written[:8] if save.snapshot],
     }
 

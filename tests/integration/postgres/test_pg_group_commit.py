@@ -184,7 +184,8 @@ def test_a_save_that_raises_inside_a_batch_fails_alone_and_the_others_are_writte
     for run_id in [*good, "bad", "block"]:
         store.append(save(1, run_id), expect_seq=0)
     # PostgreSQL text cannot hold NUL: this save's statement raises, rolling its batch back.
-    broken = dataclasses.replace(save(2, "bad"), body=save(2, "bad").body[:-1] + "\x00}")
+    text = save(2, "bad").body_bytes().decode()
+    broken = dataclasses.replace(save(2, "bad"), body=text[:-1] + "\x00}")
     attempts: dict[str, Callable[[], None]] = {
         run_id: functools.partial(store.append, save(2, run_id), expect_seq=1) for run_id in good
     }
